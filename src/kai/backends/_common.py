@@ -1,0 +1,185 @@
+"""Shared pieces of the kernel backends: constants, the ``Backend`` interface and input
+coercion/validation used identically by every backend (so they all raise the same errors).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+#: Tolerance of resource comparisons: ``request <= available + EPS``.
+EPS: float = 1e-9
+
+#: Sentinel for "unlimited" deserved quota / "no limit" in the fair-share kernel.
+UNLIMITED: float = -1.0
+
+#: Names of all kernels every backend must provide (add new kernels here).
+KERNELS: tuple[str, ...] = (
+    # fit
+    "fit_mask",
+    # score
+    "binpack_score",
+    "spread_score",
+    "best_node",
+    "ordered_nodes",
+    # fairshare
+    "dominant_share",
+    "divide_fair_share",
+)
+
+F64 = np.ndarray
+BoolArray = np.ndarray
+I64 = np.ndarray
+
+
+class Backend(Protocol):
+    """Interface of a kernel backend (see ``kai.backends`` for the semantics)."""
+
+    name: str
+
+    def fit_mask(self, request: F64, idle: F64, releasing: F64) -> tuple[BoolArray, BoolArray]: ...
+
+    def binpack_score(self, non_allocated: F64, allocatable: F64, candidates: BoolArray) -> F64: ...
+
+    def spread_score(self, non_allocated: F64, capacity: F64) -> F64: ...
+
+    def best_node(self, scores: F64, mask: BoolArray) -> int: ...
+
+    def ordered_nodes(self, scores: F64, mask: BoolArray) -> I64: ...
+
+    def dominant_share(self, allocated: F64, total: F64) -> F64: ...
+
+    def divide_fair_share(
+        self,
+        total: float,
+        deserved: F64,
+        limit: F64,
+        weight: F64,
+        request: F64,
+        priority: I64,
+        rank: I64,
+        k_value: float,
+        usage: F64,
+    ) -> F64: ...
+
+
+class KernelSet:
+    """Concrete :class:`Backend`: a name plus one callable per entry of :data:`KERNELS`.
+
+    Built from a module (or any object) exposing the kernel functions by name.
+    """
+
+    def __init__(self, name: str, impl: Any) -> None:
+        self.name = name
+        missing = [k for k in KERNELS if not callable(getattr(impl, k, None))]
+        if missing:
+            raise TypeError(f"backend {name!r} lacks kernels: {', '.join(missing)}")
+        for kernel in KERNELS:
+            setattr(self, kernel, getattr(impl, kernel))
+
+    def __repr__(self) -> str:
+        return f"<kai backend {self.name!r}>"
+
+
+# --------------------------------------------------------------------------- coercion
+# Each helper returns a C-contiguous array of the wanted dtype, copying only when needed.
+# Inputs are never modified (kernels only read them).
+
+
+def f64_1d(x: Any, name: str) -> F64:
+    a = np.ascontiguousarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-d array, got shape {a.shape}")
+    return a
+
+
+def f64_2d(x: Any, name: str, ncols: int) -> F64:
+    a = np.ascontiguousarray(x, dtype=np.float64)
+    if a.ndim == 1 and a.size == 0:  # [] -> zero rows
+        a = a.reshape(0, ncols)
+    if a.ndim != 2 or a.shape[1] != ncols:
+        raise ValueError(f"{name}: expected shape (N, {ncols}), got {a.shape}")
+    return a
+
+
+def bool_1d(x: Any, name: str, n: int) -> BoolArray:
+    a = np.ascontiguousarray(x, dtype=np.bool_)
+    _check_len(a, name, n)
+    return a
+
+
+def i64_1d(x: Any, name: str, n: int) -> I64:
+    a = np.ascontiguousarray(x, dtype=np.int64)
+    _check_len(a, name, n)
+    return a
+
+
+def f64_1d_len(x: Any, name: str, n: int) -> F64:
+    a = np.ascontiguousarray(x, dtype=np.float64)
+    _check_len(a, name, n)
+    return a
+
+
+def _check_len(a: np.ndarray, name: str, n: int) -> None:
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},), got {a.shape}")
+
+
+# Per-kernel argument preparation, shared by all backends.
+
+
+def prep_fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[F64, F64, F64]:
+    req = f64_1d(request, "request")
+    idl = f64_2d(idle, "idle", req.shape[0])
+    rel = f64_2d(releasing, "releasing", req.shape[0])
+    if rel.shape != idl.shape:
+        raise ValueError(f"releasing: shape {rel.shape} does not match idle {idl.shape}")
+    return req, idl, rel
+
+
+def prep_binpack(non_allocated: Any, allocatable: Any, candidates: Any) -> tuple[F64, F64, Any]:
+    na = f64_1d(non_allocated, "non_allocated")
+    n = na.shape[0]
+    return na, f64_1d_len(allocatable, "allocatable", n), bool_1d(candidates, "candidates", n)
+
+
+def prep_spread(non_allocated: Any, capacity: Any) -> tuple[F64, F64]:
+    na = f64_1d(non_allocated, "non_allocated")
+    return na, f64_1d_len(capacity, "capacity", na.shape[0])
+
+
+def prep_scores_mask(scores: Any, mask: Any) -> tuple[F64, BoolArray]:
+    s = f64_1d(scores, "scores")
+    return s, bool_1d(mask, "mask", s.shape[0])
+
+
+def prep_dominant_share(allocated: Any, total: Any) -> tuple[F64, F64]:
+    t = f64_1d(total, "total")
+    return f64_2d(allocated, "allocated", t.shape[0]), t
+
+
+def prep_fair_share(
+    total: Any,
+    deserved: Any,
+    limit: Any,
+    weight: Any,
+    request: Any,
+    priority: Any,
+    rank: Any,
+    k_value: Any,
+    usage: Any,
+) -> tuple[float, F64, F64, F64, F64, I64, I64, float, F64]:
+    d = f64_1d(deserved, "deserved")
+    q = d.shape[0]
+    return (
+        float(total),
+        d,
+        f64_1d_len(limit, "limit", q),
+        f64_1d_len(weight, "weight", q),
+        f64_1d_len(request, "request", q),
+        i64_1d(priority, "priority", q),
+        i64_1d(rank, "rank", q),
+        float(k_value),
+        f64_1d_len(usage, "usage", q),
+    )

@@ -1,0 +1,74 @@
+"""Numba backend: the pure-Python fallback when the compiled extension is unavailable.
+
+Importing this module is cheap: numba itself and the ``@njit(cache=True)`` kernels
+(:mod:`kai.backends._numba_kernels`) are imported on the first kernel call, and each kernel
+is compiled (or loaded from numba's on-disk cache) on its first use.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+from kai.backends._common import (
+    EPS,
+    F64,
+    I64,
+    BoolArray,
+    prep_binpack,
+    prep_dominant_share,
+    prep_fair_share,
+    prep_fit_mask,
+    prep_scores_mask,
+    prep_spread,
+)
+
+NAME = "numba"
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    from kai.backends import _numba_kernels
+
+    return _numba_kernels
+
+
+def fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[BoolArray, BoolArray]:
+    return _kernels().fit_mask(*prep_fit_mask(request, idle, releasing), EPS)
+
+
+def binpack_score(non_allocated: Any, allocatable: Any, candidates: Any) -> F64:
+    return _kernels().binpack_score(*prep_binpack(non_allocated, allocatable, candidates))
+
+
+def spread_score(non_allocated: Any, capacity: Any) -> F64:
+    return _kernels().spread_score(*prep_spread(non_allocated, capacity))
+
+
+def best_node(scores: Any, mask: Any) -> int:
+    return int(_kernels().best_node(*prep_scores_mask(scores, mask)))
+
+
+def ordered_nodes(scores: Any, mask: Any) -> I64:
+    return _kernels().ordered_nodes(*prep_scores_mask(scores, mask))
+
+
+def dominant_share(allocated: Any, total: Any) -> F64:
+    return _kernels().dominant_share(*prep_dominant_share(allocated, total))
+
+
+def divide_fair_share(
+    total: Any,
+    deserved: Any,
+    limit: Any,
+    weight: Any,
+    request: Any,
+    priority: Any,
+    rank: Any,
+    k_value: Any,
+    usage: Any,
+) -> F64:
+    return _kernels().divide_fair_share(
+        *prep_fair_share(total, deserved, limit, weight, request, priority, rank, k_value, usage)
+    )
