@@ -1,0 +1,1 @@
+"""The scheduling model: resources, nodes, pods (tasks), pod groups (jobs), queues."""

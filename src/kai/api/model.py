@@ -1,0 +1,421 @@
+"""Session-level scheduling model: tasks (pods), jobs (pod groups), queues and nodes.
+
+A :class:`ClusterState` is built once from a snapshot (``kai.snapshot.builder``) and is
+then mutated only through a session's statements.  Node capacity lives in columnar
+matrices (:class:`NodeTable`) so the filtering and scoring kernels see all nodes at
+once; tasks and jobs are small Python objects that point into those matrices.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from kai.api.objects import NodeObject, PodGroupObject, PodObject, QueueObject, QueueResource
+from kai.api.resources import GPU, ResourceTable
+
+
+class TaskStatus(enum.Enum):
+    """Pod states of the batch-scheduling model."""
+
+    PENDING = "Pending"
+    ALLOCATED = "Allocated"  # placed on idle capacity in this session, not yet committed
+    PIPELINED = "Pipelined"  # placed on capacity that is being released
+    BINDING = "Binding"  # allocated and committed this session
+    BOUND = "Bound"
+    RUNNING = "Running"
+    RELEASING = "Releasing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+# Groups of statuses, as the batch-scheduling model uses them.
+ACTIVE_USED = frozenset(
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.RELEASING,
+    }
+)
+ACTIVE_ALLOCATED = frozenset(
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+    }
+)
+ALLOCATED = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+)
+ALIVE = frozenset(
+    {
+        TaskStatus.PENDING,
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+    }
+)
+# Statuses whose resources are held on a node.
+ON_NODE = ACTIVE_USED
+
+
+@dataclass
+class Task:
+    """One pod as the scheduler sees it."""
+
+    uid: str
+    name: str
+    namespace: str
+    job: Job
+    request: np.ndarray  # resource vector; the gpu entry is 0 for shared-GPU tasks
+    status: TaskStatus
+    pod: PodObject
+    node: int = -1  # index into NodeTable, -1 when not on a node
+    gpu_fraction: float = 0.0  # > 0 for a shared-GPU (fractional) task
+    gpu_memory_mib: float = 0.0  # > 0 for a task that asks for GPU memory
+    gpu_group: str | None = None  # shared GPU device the task uses
+    creation_timestamp: datetime | None = None
+    # Set while a statement evicted the task; lets actions re-place (pipeline) it.
+    virtually_evicted: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_shared_gpu(self) -> bool:
+        return self.gpu_fraction > 0 or self.gpu_memory_mib > 0
+
+    @property
+    def requests_gpu(self) -> bool:
+        return self.is_shared_gpu or self.request[GPU] > 0
+
+    def should_allocate(self) -> bool:
+        return self.status is TaskStatus.PENDING or (
+            self.status is TaskStatus.RELEASING and self.virtually_evicted
+        )
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"Task({self.key}, {self.status.value}, node={self.node})"
+
+
+@dataclass
+class Job:
+    """A pod group: the unit of gang scheduling."""
+
+    uid: str
+    name: str
+    namespace: str
+    queue: str | None
+    priority: int
+    min_member: int
+    preemptible: bool
+    preemptibility: str  # "preemptible" | "non-preemptible" | "semi-preemptible"
+    creation_timestamp: datetime | None
+    tasks: list[Task] = field(default_factory=list)
+    pod_group: PodGroupObject | None = None
+    last_start_timestamp: datetime | None = None
+    stale_timestamp: datetime | None = None
+    last_eviction_timestamp: datetime | None = None
+    staleness_grace_period: float | None = None
+    preemption_delay: float | None = None
+    # Why the job cannot be scheduled at all (unknown queue, missing PodGroup, ...).
+    invalid_reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    # Human-readable reasons collected while actions try the job.
+    fit_errors: list[str] = field(default_factory=list)
+    # The last start time set by this session (the allocate action).
+    new_start_timestamp: datetime | None = None
+    stale_since_set: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def count(self, statuses: frozenset[TaskStatus]) -> int:
+        return sum(1 for t in self.tasks if t.status in statuses)
+
+    def active_allocated_count(self) -> int:
+        return self.count(ACTIVE_ALLOCATED)
+
+    def active_used_count(self) -> int:
+        return self.count(ACTIVE_USED)
+
+    def pending_tasks(self) -> list[Task]:
+        return [t for t in self.tasks if t.should_allocate()]
+
+    def has_pending(self) -> bool:
+        return any(t.status is TaskStatus.PENDING for t in self.tasks)
+
+    def is_gang_satisfied(self) -> bool:
+        return self.active_used_count() >= self.min_member
+
+    def is_elastic(self) -> bool:
+        return self.min_member < len(self.tasks)
+
+    def is_task_preemptible(self, task: Task) -> bool:
+        """Semi-preemptible jobs protect their first ``min_member`` pods only."""
+        if self.preemptibility != "semi-preemptible":
+            return self.preemptible
+        return task not in self.core_tasks()
+
+    def core_tasks(self) -> set[Task]:
+        """The ``min_member`` oldest active tasks (the non-preemptible core of a job)."""
+        active = [t for t in self.tasks if t.status in ACTIVE_ALLOCATED]
+        active.sort(key=_task_age_key)
+        return set(active[: self.min_member])
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __repr__(self) -> str:
+        return f"Job({self.key}, queue={self.queue}, prio={self.priority})"
+
+
+def _task_age_key(task: Task) -> tuple:
+    ts = task.creation_timestamp
+    return (ts.timestamp() if ts else 0.0, task.name)
+
+
+@dataclass
+class QueueInfo:
+    """A queue of the tree, with its spec turned into per-resource arrays.
+
+    Arrays are indexed [cpu, memory, gpu] (``QUEUE_RESOURCES``), in canonical units.
+    """
+
+    name: str
+    parent: str | None
+    priority: int
+    deserved: np.ndarray
+    limit: np.ndarray
+    over_quota_weight: np.ndarray
+    creation_timestamp: datetime | None
+    obj: QueueObject | None = None
+    children: list[str] = field(default_factory=list)
+    preempt_min_runtime: float | None = None
+    reclaim_min_runtime: float | None = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+# Queue quotas exist for these three resources only, in this order.
+QUEUE_RESOURCES = ("cpu", "memory", "gpu")
+Q_CPU, Q_MEMORY, Q_GPU = 0, 1, 2
+
+
+def queue_arrays(resources: dict[str, QueueResource]) -> tuple[np.ndarray, ...]:
+    zero = QueueResource()
+    specs = [resources.get(name, zero) for name in QUEUE_RESOURCES]
+    deserved = np.array([s.quota for s in specs], dtype=np.float64)
+    limit = np.array([s.limit for s in specs], dtype=np.float64)
+    weight = np.array([s.over_quota_weight for s in specs], dtype=np.float64)
+    return deserved, limit, weight
+
+
+@dataclass
+class GpuGroup:
+    """A GPU device shared by fractional tasks (a KAI "GPU group").
+
+    Portions are fractions of one device.
+    """
+
+    used: float = 0.0  # every task on it that holds the device (any on-node status)
+    releasing: float = 0.0  # of which being released
+    pipelined: float = 0.0  # of which pipelined onto releasing memory
+    tasks: set[Task] = field(default_factory=set)
+    # The device was taken from releasing (not idle) capacity when the group was opened.
+    from_releasing: bool = False
+
+    def free_counting_releasing(self) -> float:
+        return 1.0 - self.used + self.releasing
+
+    def free_idle(self) -> float:
+        return 1.0 - self.used
+
+    def state(self) -> str:
+        """ "empty", "releasing" (all its usage is going away) or "busy"."""
+        if not self.tasks:
+            return "empty"
+        if self.releasing >= self.used - 1e-9 and self.pipelined <= 1e-9:
+            return "releasing"
+        return "busy"
+
+
+class NodeTable:
+    """All nodes of the snapshot, columnar; index order is node-name order."""
+
+    def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
+        nodes = sorted(nodes, key=lambda n: n.name)
+        self.objects = nodes
+        self.names = [n.name for n in nodes]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.resources = table
+        n, r = len(nodes), len(table)
+        self.allocatable = np.zeros((n, r), dtype=np.float64)
+        for i, node in enumerate(nodes):
+            alloc = dict(node.allocatable)
+            alloc.setdefault("pods", 110.0)
+            self.allocatable[i] = table.vector(alloc)
+        self.idle = self.allocatable.copy()
+        self.releasing = np.zeros((n, r), dtype=np.float64)
+        self.used = np.zeros((n, r), dtype=np.float64)
+        self.gpu_groups: list[dict[str, GpuGroup]] = [{} for _ in range(n)]
+        self.tasks: list[set[Task]] = [set() for _ in range(n)]
+        # GPU memory per device in MiB, from the label nvidia.com/gpu.memory (0 = unknown).
+        self.gpu_memory_mib = np.zeros(n, dtype=np.float64)
+        for i, node in enumerate(nodes):
+            raw = node.labels.get("nvidia.com/gpu.memory")
+            if raw:
+                try:
+                    mem = float(raw)
+                except ValueError:
+                    mem = 0.0
+                if mem >= 1024 * 1024:  # values this large are bytes
+                    mem = mem / (1024 * 1024)
+                self.gpu_memory_mib[i] = mem
+        self.schedulable = np.array(
+            [n.ready and not n.unschedulable and not n.pressure_conditions for n in nodes],
+            dtype=np.bool_,
+        )
+        self._new_group_seq = 0
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def new_group_id(self) -> str:
+        self._new_group_seq += 1
+        return f"kai-shared-{self._new_group_seq}"
+
+    def non_allocated(self) -> np.ndarray:
+        return self.idle + self.releasing
+
+    def portion_on(self, task: Task, node: int) -> float:
+        """The fraction of one device a shared-GPU task takes on ``node`` (0 if unknown)."""
+        if task.gpu_fraction > 0:
+            return task.gpu_fraction
+        mem = self.gpu_memory_mib[node]
+        return task.gpu_memory_mib / mem if mem > 0 else 0.0
+
+    def add_task(self, task: Task) -> None:
+        """Charge a task's resources to its node according to its status."""
+        i = task.node
+        r = task.request
+        self.used[i] += r
+        if task.status is TaskStatus.RELEASING:
+            self.releasing[i] += r
+            self.idle[i] -= r
+        elif task.status is TaskStatus.PIPELINED:
+            self.releasing[i] -= r
+        else:
+            self.idle[i] -= r
+        self.tasks[i].add(task)
+        if task.is_shared_gpu and task.gpu_group is not None:
+            self._update_group(task, +1)
+
+    def remove_task(self, task: Task) -> None:
+        """Undo :meth:`add_task` (the task's status must be the one it was added with)."""
+        i = task.node
+        r = task.request
+        self.used[i] -= r
+        if task.status is TaskStatus.RELEASING:
+            self.releasing[i] -= r
+            self.idle[i] += r
+        elif task.status is TaskStatus.PIPELINED:
+            self.releasing[i] += r
+        else:
+            self.idle[i] += r
+        self.tasks[i].discard(task)
+        if task.is_shared_gpu and task.gpu_group is not None:
+            self._update_group(task, -1)
+
+    def _update_group(self, task: Task, sign: int) -> None:
+        i = task.node
+        groups = self.gpu_groups[i]
+        group = groups.get(task.gpu_group)
+        if group is None:
+            group = groups[task.gpu_group] = GpuGroup(
+                from_releasing=task.status is TaskStatus.PIPELINED
+            )
+        self._charge_group_state(i, group, -1)
+        p = self.portion_on(task, i)
+        group.used += sign * p
+        if task.status is TaskStatus.RELEASING:
+            group.releasing += sign * p
+        elif task.status is TaskStatus.PIPELINED:
+            group.pipelined += sign * p
+        if sign > 0:
+            group.tasks.add(task)
+        else:
+            group.tasks.discard(task)
+        self._charge_group_state(i, group, +1)
+        if not group.tasks:
+            del groups[task.gpu_group]
+
+    def _charge_group_state(self, i: int, group: GpuGroup, sign: int) -> None:
+        """A shared device counts as one GPU: busy (used) or releasing."""
+        state = group.state()
+        if state == "empty":
+            return
+        self.used[i, GPU] += sign
+        if state == "releasing":
+            self.releasing[i, GPU] += sign
+            self.idle[i, GPU] -= sign
+        elif group.from_releasing:
+            self.releasing[i, GPU] -= sign
+        else:
+            self.idle[i, GPU] -= sign
+
+    def shared_fit(self, node: int, portion: float, *, idle_only: bool) -> list[str]:
+        """Existing shared GPU groups on ``node`` with room for ``portion``."""
+        out = []
+        for gid, group in self.gpu_groups[node].items():
+            if group.state() == "empty":
+                continue
+            free = group.free_idle() if idle_only else group.free_counting_releasing()
+            if group.state() == "releasing" and not idle_only:
+                continue  # a fully released device is offered as a whole GPU instead
+            if free + 1e-9 >= portion:
+                out.append(gid)
+        return out
+
+
+@dataclass
+class ClusterState:
+    """Mutable scheduling state of one session."""
+
+    resources: ResourceTable
+    nodes: NodeTable
+    tasks: list[Task]
+    jobs: dict[str, Job]
+    queues: dict[str, QueueInfo]
+    # Pods kai does not schedule but which hold node capacity (other schedulers).
+    foreign_tasks: list[Task] = field(default_factory=list)
+    # Pods that are ignored entirely (completed, or not on any known node), kept for output.
+    passive_tasks: list[Task] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def all_tasks(self) -> list[Task]:
+        return self.tasks + self.foreign_tasks + self.passive_tasks

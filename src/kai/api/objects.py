@@ -1,0 +1,253 @@
+"""Typed Kubernetes objects as kai reads them from a snapshot.
+
+These are the parsed, validated forms of the manifests (see ``kai.snapshot.loader``):
+quantities are already numbers in canonical units, timestamps are timezone-aware
+``datetime`` objects and durations are seconds.  Canonical units:
+
+* ``cpu``: millicores
+* ``memory`` (and any byte-valued resource such as ``ephemeral-storage``): bytes
+* ``nvidia.com/gpu``: devices
+* ``pods`` and extended resources: plain counts
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+API_GROUPS_KAI = ("scheduling.run.ai", "scheduling.kai.nvidia.com")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an object came from, for error messages."""
+
+    file: str
+    document: int
+
+    def __str__(self) -> str:
+        return f"{self.file}, document {self.document}"
+
+
+@dataclass(frozen=True)
+class OwnerReference:
+    kind: str
+    name: str
+    uid: str = ""
+    controller: bool = False
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = ""  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches all effects
+
+
+@dataclass(frozen=True)
+class SelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """One term of requiredDuringScheduling...: all expressions and fields must match."""
+
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+    match_fields: tuple[SelectorRequirement, ...] = ()  # only metadata.name is defined
+
+
+@dataclass(frozen=True)
+class PreferredSchedulingTerm:
+    weight: int
+    preference: NodeSelectorTerm
+
+
+@dataclass
+class NodeObject:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    unschedulable: bool = False
+    allocatable: dict[str, float] = field(default_factory=dict)
+    ready: bool = True
+    # Other node conditions with status True that block scheduling (MemoryPressure, ...).
+    pressure_conditions: list[str] = field(default_factory=list)
+    source: Source | None = None
+
+
+@dataclass
+class PodObject:
+    name: str
+    namespace: str
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    owner_references: list[OwnerReference] = field(default_factory=list)
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    scheduler_name: str = "default-scheduler"
+    node_name: str | None = None
+    priority: int | None = None
+    priority_class_name: str | None = None
+    node_selector: dict[str, str] = field(default_factory=dict)
+    # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms (ORed); None = none.
+    required_node_affinity: list[NodeSelectorTerm] | None = None
+    preferred_node_affinity: list[PreferredSchedulingTerm] = field(default_factory=list)
+    tolerations: list[Toleration] = field(default_factory=list)
+    # Effective pod request: max(sum of containers, max of init containers) + overhead.
+    requests: dict[str, float] = field(default_factory=dict)
+    # Sum of container limits (a resource with no limit in some container is absent).
+    limits: dict[str, float] = field(default_factory=dict)
+    phase: str = "Pending"
+    conditions: dict[str, str] = field(default_factory=dict)  # type -> status
+    nominated_node_name: str | None = None
+    start_time: datetime | None = None
+    source: Source | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class PodGroupObject:
+    name: str
+    namespace: str
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    owner_references: list[OwnerReference] = field(default_factory=list)
+    creation_timestamp: datetime | None = None
+    min_member: int | None = None
+    queue: str | None = None
+    priority_class_name: str | None = None
+    preemptibility: str | None = None  # raw value; validated by the resolver
+    staleness_grace_period: float | None = None  # seconds; negative disables
+    preemption_delay: float | None = None  # seconds
+    last_start_timestamp: datetime | None = None
+    stale_timestamp: datetime | None = None
+    last_eviction_timestamp: datetime | None = None
+    source: Source | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class QueueResource:
+    """quota/limit in canonical units (memory converted from MB to bytes); -1 = unlimited."""
+
+    quota: float = 0.0
+    limit: float = 0.0
+    over_quota_weight: float = 0.0
+
+
+@dataclass
+class QueueObject:
+    name: str
+    parent: str | None = None
+    priority: int = 100
+    display_name: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    # keys "gpu", "cpu", "memory"; a missing key means the CRD zero values.
+    resources: dict[str, QueueResource] = field(default_factory=dict)
+    preempt_min_runtime: float | None = None  # seconds; None = inherit
+    reclaim_min_runtime: float | None = None
+    creation_timestamp: datetime | None = None
+    source: Source | None = None
+
+
+@dataclass
+class PriorityClassObject:
+    name: str
+    value: int
+    global_default: bool = False
+    source: Source | None = None
+
+
+@dataclass
+class PodMetric:
+    namespace: str
+    name: str
+    usage: dict[str, float]
+    priority_class: str | None = None  # koordinator priority class of the pod if reported
+
+
+@dataclass
+class AggregatedUsage:
+    duration: float | None  # seconds of the aggregation window; None if unspecified
+    usage: dict[str, dict[str, float]]  # percentile ("p50", "p90", "p95", "p99") -> resources
+
+
+@dataclass
+class NodeMetricObject:
+    name: str  # node name
+    update_time: datetime | None = None
+    node_usage: dict[str, float] = field(default_factory=dict)
+    # system usage (koordinator's nodeMetric.systemUsage), used with prodUsageIncludeSys
+    system_usage: dict[str, float] = field(default_factory=dict)
+    pods_usage: list[PodMetric] = field(default_factory=list)
+    aggregated_usages: list[AggregatedUsage] = field(default_factory=list)
+    report_interval_seconds: float = 60.0  # spec.metricCollectPolicy.reportIntervalSeconds
+    source: Source | None = None
+
+
+@dataclass
+class GenericObject:
+    """Any other object with metadata, kept for ownerReferences resolution."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    owner_references: list[OwnerReference] = field(default_factory=list)
+
+
+@dataclass
+class PluginOption:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SchedulerConfigObject:
+    """A ``SchedulerConfiguration``; fields left out are None and take KAI's defaults."""
+
+    actions: list[str] | None = None
+    tiers: list[list[PluginOption]] | None = None
+    queue_depth_per_action: dict[str, int] = field(default_factory=dict)
+    reclaim_min_runtime: float | None = None  # seconds
+    preempt_min_runtime: float | None = None
+    source: Source | None = None
+
+
+@dataclass
+class ClusterObjects:
+    """Everything a snapshot file set contains, before it becomes session state."""
+
+    nodes: list[NodeObject] = field(default_factory=list)
+    pods: list[PodObject] = field(default_factory=list)
+    pod_groups: list[PodGroupObject] = field(default_factory=list)
+    queues: list[QueueObject] = field(default_factory=list)
+    priority_classes: list[PriorityClassObject] = field(default_factory=list)
+    node_metrics: list[NodeMetricObject] = field(default_factory=list)
+    others: list[GenericObject] = field(default_factory=list)
+    config: SchedulerConfigObject | None = None
