@@ -1,0 +1,124 @@
+"""Scheduler configuration: actions, plugin tiers and node-pool defaults.
+
+Fields left out of a ``SchedulerConfiguration`` take KAI-Scheduler's defaults; a
+``tiers`` list that is given replaces the default plugin list.  Every name is checked
+when the configuration is built, so a typo is a clear error before any scheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai.api.errors import ConfigError
+from kai.api.objects import PluginOption, SchedulerConfigObject
+
+# KAI-Scheduler's action order.  Actions not built into this kai are left out of the
+# default list rather than faked.
+KAI_DEFAULT_ACTIONS = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction")
+
+# KAI-Scheduler's default plugin list (one tier), in its order.
+DEFAULT_PLUGINS: tuple[PluginOption, ...] = tuple(
+    PluginOption(name)
+    for name in (
+        "predicates",
+        "proportion",
+        "priority",
+        "elastic",
+        "kubeflow",
+        "ray",
+        "nodeavailability",
+        "gpusharingorder",
+        "gpupack",
+        "resourcetype",
+        "taskorder",
+        "nominatednode",
+        "nodeplacement",
+        "minruntime",
+        "sg-nodelocalgreedy",
+        "sg-multinodegang",
+    )
+)
+
+
+@dataclass
+class SchedulerConfig:
+    actions: list[str]
+    tiers: list[list[PluginOption]]
+    queue_depth_per_action: dict[str, int] = field(default_factory=dict)
+    reclaim_min_runtime: float = 0.0  # seconds, node-pool default
+    preempt_min_runtime: float = 0.0
+
+    @classmethod
+    def default(cls) -> SchedulerConfig:
+        return cls.from_object(None)
+
+    @classmethod
+    def from_object(
+        cls, obj: SchedulerConfigObject | None, *, actions: Sequence[str] | None = None
+    ) -> SchedulerConfig:
+        from kai.actions import action_names
+
+        known = action_names()
+        if actions is not None:
+            chosen = list(actions)
+        elif obj is not None and obj.actions:
+            chosen = list(obj.actions)
+        else:
+            chosen = [a for a in KAI_DEFAULT_ACTIONS if a in known]
+        for name in chosen:
+            if name not in known:
+                raise ConfigError(
+                    f"unknown action {name!r} (known: {', '.join(sorted(known))})",
+                    obj="SchedulerConfiguration",
+                    field="actions",
+                )
+        if obj is not None and obj.tiers:
+            tiers = [list(t) for t in obj.tiers]
+        else:
+            from kai.framework.plugin import plugin_names
+
+            registered = set(plugin_names())
+            tiers = [[p for p in DEFAULT_PLUGINS if p.name in registered]]
+        depth = dict(obj.queue_depth_per_action) if obj is not None else {}
+        for action, value in depth.items():
+            if action not in known:
+                raise ConfigError(
+                    f"unknown action {action!r}",
+                    obj="SchedulerConfiguration",
+                    field="queueDepthPerAction",
+                )
+            if value < 0:
+                raise ConfigError(
+                    f"negative depth {value}",
+                    obj="SchedulerConfiguration",
+                    field=f"queueDepthPerAction.{action}",
+                )
+        config = cls(
+            actions=chosen,
+            tiers=tiers,
+            queue_depth_per_action=depth,
+            reclaim_min_runtime=(obj.reclaim_min_runtime or 0.0) if obj else 0.0,
+            preempt_min_runtime=(obj.preempt_min_runtime or 0.0) if obj else 0.0,
+        )
+        config.build_plugins()  # validate names and arguments now
+        return config
+
+    def build_plugins(self) -> list[tuple[int, Any]]:
+        """Instantiate the configured plugins as (tier index, plugin) pairs."""
+        from kai.framework.plugin import get_plugin_builder
+
+        built = []
+        for tier_index, tier in enumerate(self.tiers):
+            for option in tier:
+                builder = get_plugin_builder(option.name)
+                built.append((tier_index, builder(option.arguments)))
+        return built
+
+    def plugin_arguments(self, name: str) -> dict[str, Any] | None:
+        for tier in self.tiers:
+            for option in tier:
+                if option.name == name:
+                    return option.arguments
+        return None

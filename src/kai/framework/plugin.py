@@ -1,0 +1,100 @@
+"""Plugins and their registry.
+
+A plugin is built by name from the scheduler configuration with its ``arguments``
+(the builder pattern), and in :meth:`Plugin.on_session_open` registers functions at
+the session's extension points.  Users register their own plugins with
+:func:`register_plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kai.api.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kai.framework.session import Session
+
+
+class Plugin:
+    """Base class of scheduler plugins.
+
+    Subclasses set :attr:`name`, may declare the argument names they accept in
+    :attr:`arguments` (anything else is a configuration error) and override the
+    session hooks.
+    """
+
+    name: str = ""
+    #: Accepted argument names; None accepts anything.
+    arguments: tuple[str, ...] | None = ()
+
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
+        self.args: dict[str, Any] = dict(args or {})
+        if self.arguments is not None:
+            unknown = sorted(set(self.args) - set(self.arguments))
+            if unknown:
+                accepted = ", ".join(self.arguments) or "none"
+                raise ConfigError(
+                    f"unknown argument(s) {', '.join(unknown)} (accepted: {accepted})",
+                    obj=f"plugin {self.name}",
+                    field="arguments",
+                )
+
+    def on_session_open(self, ssn: Session) -> None:
+        """Register extension-point functions; called once per session."""
+
+    def on_session_close(self, ssn: Session) -> None:
+        """Clean up or report; called once per session."""
+
+    # Helpers for argument parsing with errors that name the plugin and argument.
+    def arg_float(self, key: str, default: float) -> float:
+        value = self.args.get(key, default)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{value!r} is not a number", obj=f"plugin {self.name}", field=f"arguments.{key}"
+            ) from None
+
+    def arg_choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        value = str(self.args.get(key, default)).strip()
+        if value not in choices:
+            raise ConfigError(
+                f"{value!r} is not one of {', '.join(choices)}",
+                obj=f"plugin {self.name}",
+                field=f"arguments.{key}",
+            )
+        return value
+
+
+PluginBuilder = Callable[[Mapping[str, Any]], Plugin]
+
+_REGISTRY: dict[str, PluginBuilder] = {}
+
+
+def register_plugin(name: str, builder: PluginBuilder) -> None:
+    """Make a plugin available to configurations under ``name``."""
+    _REGISTRY[name] = builder
+
+
+def get_plugin_builder(name: str) -> PluginBuilder:
+    _load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown plugin {name!r} (known: {', '.join(sorted(_REGISTRY))})",
+            obj=f"plugin {name}",
+            field="tiers[].plugins[].name",
+        ) from None
+
+
+def plugin_names() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def _load_builtins() -> None:
+    # Importing the package registers every built-in plugin.
+    import kai.plugins  # noqa: F401

@@ -1,0 +1,591 @@
+"""The scheduling session: one cycle over a cluster snapshot.
+
+Plugins register functions at extension points when the session opens; actions call
+the session, never a plugin directly.  How several registrations combine follows the
+batch-scheduling model:
+
+* order functions (job, task, queue): chained, the first non-zero comparison wins;
+* predicates, pre-predicates, job-valid: all must pass, the first failure is returned;
+* node and GPU order: scores are summed;
+* victim filters and scenario validators: AND;
+* ``reclaimable``/``preemptable`` (victim selection): intersection inside a tier, and
+  the first tier that returns a result decides;
+* capacity and quota checks (``can_reclaim_resources``, ``is_job_over_capacity``, ...):
+  only the first registration is called.
+
+Every extension point that filters or scores nodes has two forms: the scalar form of
+the plugin API (one task and one node at a time, for users' own plugins) and a batch
+form that takes one task and all nodes and returns a mask or a score vector (what the
+built-in plugins use, backed by the native core).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kai.api.model import ClusterState, Job, QueueInfo, Task
+from kai.backends import get_backend
+
+if TYPE_CHECKING:
+    from kai.config import SchedulerConfig
+    from kai.framework.plugin import Plugin
+    from kai.framework.statement import Statement
+
+
+@dataclass
+class Decision:
+    """A committed operation that leaves the session."""
+
+    action: str
+    type: str  # bind | pipeline | evict
+    task: Task
+    node: str | None
+    gpu_groups: list[str] = field(default_factory=list)
+    reason: str | None = None
+
+
+@dataclass
+class Event:
+    task: Task
+
+
+@dataclass
+class EventHandler:
+    allocate_func: Callable[[Event], None] | None = None
+    deallocate_func: Callable[[Event], None] | None = None
+
+
+class NodeInfo:
+    """A read-only view of one node for scalar plugin functions."""
+
+    __slots__ = ("_ssn", "index")
+
+    def __init__(self, ssn: Session, index: int) -> None:
+        self._ssn = ssn
+        self.index = index
+
+    @property
+    def name(self) -> str:
+        return self._ssn.nodes.names[self.index]
+
+    @property
+    def node(self):  # the parsed NodeObject (labels, annotations, taints, ...)
+        return self._ssn.nodes.objects[self.index]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.node.labels
+
+    def _vec(self, matrix: np.ndarray) -> dict[str, float]:
+        return self._ssn.state.resources.to_dict(matrix[self.index], skip_zero=False)
+
+    @property
+    def idle(self) -> dict[str, float]:
+        return self._vec(self._ssn.nodes.idle)
+
+    @property
+    def releasing(self) -> dict[str, float]:
+        return self._vec(self._ssn.nodes.releasing)
+
+    @property
+    def allocatable(self) -> dict[str, float]:
+        return self._vec(self._ssn.nodes.allocatable)
+
+    @property
+    def used(self) -> dict[str, float]:
+        return self._vec(self._ssn.nodes.used)
+
+    @property
+    def tasks(self) -> list[Task]:
+        return sorted(self._ssn.nodes.tasks[self.index], key=lambda t: t.key)
+
+    def __repr__(self) -> str:
+        return f"NodeInfo({self.name})"
+
+
+@dataclass
+class _Reg:
+    tier: int
+    plugin: str
+    fn: Callable
+
+
+class PredicateError(Exception):
+    """Raised (or returned as a string) by scalar predicates to reject a node."""
+
+
+@dataclass
+class FilterResult:
+    mask: np.ndarray  # nodes that pass everything
+    fits_idle: np.ndarray
+    failures: dict[str, int]  # reason -> number of nodes rejected by it
+
+
+def _default_order(left: Job | Task, right: Job | Task) -> int:
+    lt, rt = left.creation_timestamp, right.creation_timestamp
+    if lt != rt:
+        if lt is None:
+            return 1
+        if rt is None:
+            return -1
+        return -1 if lt < rt else 1
+    if left.uid != right.uid:
+        return -1 if left.uid < right.uid else 1
+    return 0
+
+
+class Session:
+    """One scheduling cycle over a snapshot."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        config: SchedulerConfig,
+        *,
+        now: datetime,
+        backend: str | None = None,
+    ) -> None:
+        self.state = state
+        self.config = config
+        self.now = now
+        self.backend = get_backend(backend)
+        self.nodes = state.nodes
+        self.jobs = state.jobs
+        self.queues: dict[str, QueueInfo] = state.queues
+        self.decisions: list[Decision] = []
+        self.plugins: list[Plugin] = []
+        self.current_action: str = ""
+        self._regs: dict[str, list[_Reg]] = defaultdict(list)
+        self._current: tuple[int, str] = (0, "")
+        self.event_handlers: list[EventHandler] = []
+        # Per-session scratch space plugins may share (e.g. min-runtime caches).
+        self.cache: dict[str, Any] = {}
+        self.explain: dict[str, list[str]] = defaultdict(list)
+
+    # ----------------------------------------------------------------- lifecycle
+    def open(self, plugins: Sequence[tuple[int, Plugin]]) -> None:
+        for tier, plugin in plugins:
+            self._current = (tier, plugin.name)
+            self.plugins.append(plugin)
+            plugin.on_session_open(self)
+        self._current = (0, "")
+
+    def close(self) -> None:
+        for plugin in self.plugins:
+            plugin.on_session_close(self)
+
+    def statement(self) -> Statement:
+        from kai.framework.statement import Statement
+
+        return Statement(self)
+
+    # ------------------------------------------------------------- registration
+    def _add(self, point: str, fn: Callable) -> None:
+        tier, plugin = self._current
+        self._regs[point].append(_Reg(tier, plugin, fn))
+
+    def registered(self, point: str) -> list[_Reg]:
+        return self._regs.get(point, [])
+
+    def add_job_order_fn(self, fn: Callable[[Job, Job], int]) -> None:
+        self._add("job_order", fn)
+
+    def add_task_order_fn(self, fn: Callable[[Task, Task], int]) -> None:
+        self._add("task_order", fn)
+
+    def add_queue_order_fn(self, fn: Callable[..., int]) -> None:
+        """fn(left_queue, right_queue, left_job, right_job, left_victims, right_victims)."""
+        self._add("queue_order", fn)
+
+    def add_pre_predicate_fn(self, fn: Callable[[Task, Job], str | None]) -> None:
+        self._add("pre_predicate", fn)
+
+    def add_predicate_fn(self, fn: Callable[[Task, Job, NodeInfo], str | None]) -> None:
+        self._add("predicate", fn)
+
+    def add_batch_predicate_fn(self, name: str, fn: Callable[[Task, Job], np.ndarray]) -> None:
+        """fn(task, job) -> bool[N]; ``name`` is the reason reported for rejected nodes."""
+        self._add("batch_predicate", (name, fn))
+
+    def add_node_pre_order_fn(self, fn: Callable[[Task, np.ndarray], None]) -> None:
+        self._add("node_pre_order", fn)
+
+    def add_node_order_fn(self, fn: Callable[[Task, NodeInfo], float]) -> None:
+        self._add("node_order", fn)
+
+    def add_batch_node_order_fn(self, fn: Callable[[Task, Job, np.ndarray], np.ndarray]) -> None:
+        """fn(task, job, candidate_mask) -> float64[N] scores added to every node."""
+        self._add("batch_node_order", fn)
+
+    def add_gpu_order_fn(self, fn: Callable[[Task, NodeInfo, str | None], float]) -> None:
+        """fn(task, node, gpu_group or None for a whole free device) -> score."""
+        self._add("gpu_order", fn)
+
+    def add_event_handler(self, handler: EventHandler) -> None:
+        self.event_handlers.append(handler)
+
+    def add_reclaim_victim_filter_fn(self, fn: Callable[[Job, Job], bool]) -> None:
+        self._add("reclaim_victim_filter", fn)
+
+    def add_preempt_victim_filter_fn(self, fn: Callable[[Job, Job], bool]) -> None:
+        self._add("preempt_victim_filter", fn)
+
+    def add_reclaim_scenario_validator_fn(self, fn: Callable[..., bool]) -> None:
+        """fn(pending_job, victim_jobs, victim_tasks) -> bool."""
+        self._add("reclaim_scenario_validator", fn)
+
+    def add_preempt_scenario_validator_fn(self, fn: Callable[..., bool]) -> None:
+        self._add("preempt_scenario_validator", fn)
+
+    def add_reclaimable_fn(self, fn: Callable[[Task, list[Task]], list[Task] | None]) -> None:
+        self._add("reclaimable", fn)
+
+    def add_preemptable_fn(self, fn: Callable[[Task, list[Task]], list[Task] | None]) -> None:
+        self._add("preemptable", fn)
+
+    def add_can_reclaim_resources_fn(self, fn: Callable[[Job], bool]) -> None:
+        self._add("can_reclaim_resources", fn)
+
+    def add_is_job_over_capacity_fn(self, fn: Callable[[Job, list[Task]], str | None]) -> None:
+        self._add("job_over_capacity", fn)
+
+    def add_is_non_preemptible_job_over_quota_fn(
+        self, fn: Callable[[Job, list[Task]], str | None]
+    ) -> None:
+        self._add("non_preemptible_over_quota", fn)
+
+    def add_on_job_solution_start_fn(self, fn: Callable[[], None]) -> None:
+        self._add("on_job_solution_start", fn)
+
+    def add_job_ready_fn(self, fn: Callable[[Job], bool]) -> None:
+        self._add("job_ready", fn)
+
+    def add_job_pipelined_fn(self, fn: Callable[[Job], bool]) -> None:
+        self._add("job_pipelined", fn)
+
+    def add_job_valid_fn(self, fn: Callable[[Job], str | None]) -> None:
+        self._add("job_valid", fn)
+
+    def add_job_starving_fn(self, fn: Callable[[Job], bool]) -> None:
+        self._add("job_starving", fn)
+
+    def add_overused_fn(self, fn: Callable[[QueueInfo], bool]) -> None:
+        self._add("overused", fn)
+
+    def add_queue_info_fns(
+        self,
+        *,
+        fair_share: Callable[[str], dict[str, float]] | None = None,
+        allocated: Callable[[str], dict[str, float]] | None = None,
+        requested: Callable[[str], dict[str, float]] | None = None,
+        deserved: Callable[[str], dict[str, float]] | None = None,
+    ) -> None:
+        for point, fn in (
+            ("queue_fair_share", fair_share),
+            ("queue_allocated", allocated),
+            ("queue_requested", requested),
+            ("queue_deserved", deserved),
+        ):
+            if fn is not None:
+                self._add(point, fn)
+
+    def add_scenario_generator(self, name: str) -> None:
+        self._add("scenario_generator", name)
+
+    # ------------------------------------------------------------- invocation
+    def _chain_compare(self, point: str, left: Any, right: Any, *extra: Any) -> int:
+        for reg in self._regs.get(point, ()):
+            result = reg.fn(left, right, *extra)
+            if result:
+                return result
+        return 0
+
+    def job_order(self, left: Job, right: Job) -> int:
+        return self._chain_compare("job_order", left, right) or _default_order(left, right)
+
+    def task_order(self, left: Task, right: Task) -> int:
+        return self._chain_compare("task_order", left, right) or _default_order(left, right)
+
+    def queue_order(
+        self,
+        left: QueueInfo,
+        right: QueueInfo,
+        left_job: Job | None,
+        right_job: Job | None,
+        left_victims: list[Job] | None = None,
+        right_victims: list[Job] | None = None,
+    ) -> int:
+        result = self._chain_compare(
+            "queue_order", left, right, left_job, right_job, left_victims, right_victims
+        )
+        if result:
+            return result
+        lt, rt = left.creation_timestamp, right.creation_timestamp
+        if lt != rt and lt is not None and rt is not None:
+            return -1 if lt < rt else 1
+        return -1 if left.name < right.name else (1 if left.name > right.name else 0)
+
+    def sorted_tasks(self, tasks: Iterable[Task]) -> list[Task]:
+        return sorted(tasks, key=functools.cmp_to_key(self.task_order))
+
+    def sorted_jobs(self, jobs: Iterable[Job]) -> list[Job]:
+        return sorted(jobs, key=functools.cmp_to_key(self.job_order))
+
+    def _first(self, point: str) -> Callable | None:
+        regs = self._regs.get(point)
+        return regs[0].fn if regs else None
+
+    def can_reclaim_resources(self, job: Job) -> bool:
+        fn = self._first("can_reclaim_resources")
+        return bool(fn(job)) if fn else False
+
+    def is_job_over_capacity(self, job: Job, tasks: list[Task]) -> str | None:
+        fn = self._first("job_over_capacity")
+        return fn(job, tasks) if fn else None
+
+    def is_non_preemptible_job_over_quota(self, job: Job, tasks: list[Task]) -> str | None:
+        fn = self._first("non_preemptible_over_quota")
+        return fn(job, tasks) if fn else None
+
+    def queue_info(self, point: str, queue: str) -> dict[str, float] | None:
+        fn = self._first(point)
+        return fn(queue) if fn else None
+
+    def reclaim_victim_filter(self, reclaimer: Job, victim: Job) -> bool:
+        return all(reg.fn(reclaimer, victim) for reg in self._regs.get("reclaim_victim_filter", ()))
+
+    def preempt_victim_filter(self, preemptor: Job, victim: Job) -> bool:
+        return all(reg.fn(preemptor, victim) for reg in self._regs.get("preempt_victim_filter", ()))
+
+    def reclaim_scenario_valid(self, pending: Job, victims: list[Job], tasks: list[Task]) -> bool:
+        regs = self._regs.get("reclaim_scenario_validator", ())
+        return all(reg.fn(pending, victims, tasks) for reg in regs)
+
+    def preempt_scenario_valid(self, pending: Job, victims: list[Job], tasks: list[Task]) -> bool:
+        regs = self._regs.get("preempt_scenario_validator", ())
+        return all(reg.fn(pending, victims, tasks) for reg in regs)
+
+    def on_job_solution_start(self) -> None:
+        for reg in self._regs.get("on_job_solution_start", ()):
+            reg.fn()
+
+    def _tiered_victims(self, point: str, actor: Task, candidates: list[Task]) -> list[Task]:
+        """Intersection of the victims of a tier's plugins; the first deciding tier wins."""
+        by_tier: dict[int, list[_Reg]] = defaultdict(list)
+        for reg in self._regs.get(point, ()):
+            by_tier[reg.tier].append(reg)
+        for tier in sorted(by_tier):
+            chosen: list[Task] | None = None
+            for reg in by_tier[tier]:
+                result = reg.fn(actor, candidates)
+                if result is None:
+                    continue  # the plugin abstains
+                if chosen is None:
+                    chosen = list(result)
+                else:
+                    keep = set(result)
+                    chosen = [t for t in chosen if t in keep]
+            if chosen is not None:
+                return chosen
+        return list(candidates)
+
+    def reclaimable(self, reclaimer: Task, candidates: list[Task]) -> list[Task]:
+        return self._tiered_victims("reclaimable", reclaimer, candidates)
+
+    def preemptable(self, preemptor: Task, candidates: list[Task]) -> list[Task]:
+        return self._tiered_victims("preemptable", preemptor, candidates)
+
+    def job_ready(self, job: Job) -> bool:
+        regs = self._regs.get("job_ready", ())
+        if not regs:
+            return job.is_gang_satisfied()
+        return all(reg.fn(job) for reg in regs)
+
+    def job_pipelined(self, job: Job) -> bool:
+        return all(reg.fn(job) for reg in self._regs.get("job_pipelined", ()))
+
+    def job_valid(self, job: Job) -> str | None:
+        for reg in self._regs.get("job_valid", ()):
+            problem = reg.fn(job)
+            if problem:
+                return problem
+        return None
+
+    def job_starving(self, job: Job) -> bool:
+        regs = self._regs.get("job_starving", ())
+        return all(reg.fn(job) for reg in regs) if regs else True
+
+    def overused(self, queue: QueueInfo) -> bool:
+        return any(reg.fn(queue) for reg in self._regs.get("overused", ()))
+
+    def pre_predicate(self, task: Task, job: Job) -> str | None:
+        for reg in self._regs.get("pre_predicate", ()):
+            problem = reg.fn(task, job)
+            if problem:
+                return problem
+        return None
+
+    # ------------------------------------------------------------ node filters
+    def node_info(self, index: int) -> NodeInfo:
+        return NodeInfo(self, index)
+
+    def filter_nodes(
+        self, task: Task, job: Job, *, within: np.ndarray | None = None
+    ) -> FilterResult:
+        """Nodes that can take ``task``: resources (idle + releasing), then predicates."""
+        nodes = self.nodes
+        failures: dict[str, int] = {}
+        request = task.request
+        fits_any, fits_idle = self.backend.fit_mask(request, nodes.idle, nodes.releasing)
+        fits_any = fits_any.copy()
+        fits_idle = fits_idle.copy()
+        if task.is_shared_gpu:
+            shared_any, shared_idle = self._shared_gpu_fit(task)
+            fits_any &= shared_any
+            fits_idle &= shared_idle
+        mask = fits_any if within is None else fits_any & within
+        base = within if within is not None else np.ones(len(nodes), dtype=np.bool_)
+        rejected = int(np.count_nonzero(base & ~fits_any))
+        if rejected:
+            failures["insufficient resources"] = rejected
+        for reg in self._regs.get("batch_predicate", ()):
+            name, fn = reg.fn
+            ok = fn(task, job)
+            if ok is None:
+                continue
+            rejected = int(np.count_nonzero(mask & ~ok))
+            if rejected:
+                failures[name] = failures.get(name, 0) + rejected
+            mask = mask & ok
+        scalar = self._regs.get("predicate", ())
+        if scalar and mask.any():
+            for i in np.flatnonzero(mask):
+                info = NodeInfo(self, int(i))
+                for reg in scalar:
+                    try:
+                        problem = reg.fn(task, job, info)
+                    except PredicateError as err:
+                        problem = str(err) or reg.plugin
+                    if problem:
+                        mask[i] = False
+                        reason = reg.plugin or str(problem)
+                        failures[reason] = failures.get(reason, 0) + 1
+                        break
+        return FilterResult(mask=mask, fits_idle=fits_idle & mask, failures=failures)
+
+    def fits_idle(self, task: Task) -> np.ndarray:
+        """Nodes where ``task`` fits on idle capacity alone."""
+        _, idle = self.backend.fit_mask(task.request, self.nodes.idle, self.nodes.releasing)
+        if task.is_shared_gpu:
+            idle = idle & self._shared_gpu_fit(task)[1]
+        return idle
+
+    def _shared_gpu_fit(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
+        """Whether a fractional task finds a device (shared group or whole free GPU)."""
+        nodes = self.nodes
+        n = len(nodes)
+        any_ok = np.zeros(n, dtype=np.bool_)
+        idle_ok = np.zeros(n, dtype=np.bool_)
+        gpu = self.state.resources.index["nvidia.com/gpu"]
+        whole_idle = nodes.idle[:, gpu] >= 1.0 - 1e-9
+        whole_any = nodes.idle[:, gpu] + nodes.releasing[:, gpu] >= 1.0 - 1e-9
+        for i in range(n):
+            portion = nodes.portion_on(task, i)
+            if portion <= 0 or portion > 1.0 + 1e-9:
+                continue
+            if whole_idle[i] or nodes.shared_fit(i, portion, idle_only=True):
+                idle_ok[i] = True
+                any_ok[i] = True
+            elif whole_any[i] or nodes.shared_fit(i, portion, idle_only=False):
+                any_ok[i] = True
+        return any_ok, idle_ok
+
+    def score_nodes(self, task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+        scores = np.zeros(len(self.nodes), dtype=np.float64)
+        for reg in self._regs.get("node_pre_order", ()):
+            reg.fn(task, candidates)
+        for reg in self._regs.get("batch_node_order", ()):
+            scores += reg.fn(task, job, candidates)
+        scalar = self._regs.get("node_order", ())
+        if scalar:
+            for i in np.flatnonzero(candidates):
+                info = NodeInfo(self, int(i))
+                scores[i] += sum(float(reg.fn(task, info)) for reg in scalar)
+        return scores
+
+    def ordered_nodes(self, task: Task, job: Job, mask: np.ndarray) -> np.ndarray:
+        """Candidate nodes best first: score descending, then node name."""
+        if not mask.any():
+            return np.empty(0, dtype=np.int64)
+        scores = self.score_nodes(task, job, mask)
+        return self.backend.ordered_nodes(scores, mask)
+
+    def best_node(self, task: Task, job: Job, mask: np.ndarray) -> int:
+        if not mask.any():
+            return -1
+        scores = self.score_nodes(task, job, mask)
+        return int(self.backend.best_node(scores, mask))
+
+    def ordered_gpu_groups(self, task: Task, node: int, *, pipeline_only: bool) -> list[str | None]:
+        """Devices for a fractional task on ``node``: shared groups and whole free GPUs.
+
+        ``None`` stands for a whole free device (a new group).  Ordered by the summed
+        GPU order scores, highest first; ties keep candidate order.
+        """
+        nodes = self.nodes
+        portion = nodes.portion_on(task, node)
+        candidates: list[str | None] = list(nodes.shared_fit(node, portion, idle_only=False))
+        gpu = self.state.resources.index["nvidia.com/gpu"]
+        whole = nodes.idle[node, gpu] + nodes.releasing[node, gpu]
+        if whole >= 1.0 - 1e-9:
+            candidates.append(None)
+        regs = self._regs.get("gpu_order", ())
+        if not regs or len(candidates) < 2:
+            return candidates
+        info = NodeInfo(self, node)
+        scored = [
+            (-sum(float(reg.fn(task, info, gid)) for reg in regs), i, gid)
+            for i, gid in enumerate(candidates)
+        ]
+        scored.sort(key=lambda x: (x[0], x[1]))
+        return [gid for _, _, gid in scored]
+
+    # ---------------------------------------------------------------- events
+    def fire_allocate(self, task: Task) -> None:
+        event = Event(task)
+        for handler in self.event_handlers:
+            if handler.allocate_func is not None:
+                handler.allocate_func(event)
+
+    def fire_deallocate(self, task: Task) -> None:
+        event = Event(task)
+        for handler in self.event_handlers:
+            if handler.deallocate_func is not None:
+                handler.deallocate_func(event)
+
+    # ---------------------------------------------------------------- results
+    def record_fit_error(self, job: Job, message: str) -> None:
+        if message not in job.fit_errors:
+            job.fit_errors.append(message)
+
+    def leaf_queue_of(self, job: Job) -> QueueInfo | None:
+        return self.queues.get(job.queue) if job.queue else None
+
+    def queue_path(self, name: str) -> list[str]:
+        """Root-to-leaf list of queue names ending with ``name``."""
+        path = []
+        seen = set()
+        current: str | None = name
+        while current is not None and current in self.queues and current not in seen:
+            seen.add(current)
+            path.append(current)
+            current = self.queues[current].parent
+        path.reverse()
+        return path

@@ -1,0 +1,167 @@
+"""Statements: transactional simulated operations.
+
+Every allocate, pipeline and evict of a session goes through a statement.  Operations
+are applied to the session state at once (node capacity, task status, plugin event
+handlers) so later decisions see them, and each carries what is needed to undo it.
+``checkpoint``/``rollback`` undo back to a point, ``discard`` undoes everything, and
+``commit`` turns the operations into decisions that leave the session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kai.api.model import ON_NODE as _ON_NODE
+from kai.api.model import Task, TaskStatus
+from kai.framework.session import Decision
+
+if TYPE_CHECKING:
+    from kai.framework.session import Session
+
+
+@dataclass
+class _Op:
+    kind: str  # allocate | pipeline | evict
+    task: Task
+    prev_status: TaskStatus
+    prev_node: int
+    prev_group: str | None
+    prev_virtual: bool
+    reason: str | None = None
+
+
+class Statement:
+    def __init__(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self.ops: list[_Op] = []
+
+    # ----------------------------------------------------------------- helpers
+    def _detach(self, task: Task) -> None:
+        if task.node >= 0 and task.status in _ON_NODE:
+            self.ssn.nodes.remove_task(task)
+
+    def _attach(self, task: Task) -> None:
+        if task.node >= 0 and task.status in _ON_NODE:
+            self.ssn.nodes.add_task(task)
+
+    def _record(self, kind: str, task: Task, reason: str | None = None) -> _Op:
+        op = _Op(kind, task, task.status, task.node, task.gpu_group, task.virtually_evicted, reason)
+        self.ops.append(op)
+        return op
+
+    # -------------------------------------------------------------- operations
+    def allocate(self, task: Task, node: int, gpu_group: str | None = None) -> None:
+        """Place a task on idle capacity."""
+        self._place(task, node, gpu_group, TaskStatus.ALLOCATED, "allocate")
+
+    def pipeline(self, task: Task, node: int, gpu_group: str | None = None) -> None:
+        """Place a task on capacity being released (it binds in a later cycle)."""
+        if (
+            task.virtually_evicted
+            and task.status is TaskStatus.RELEASING
+            and task.node == node
+            and (gpu_group is None or gpu_group == task.gpu_group)
+        ):
+            self.unevict(task)
+            return
+        self._place(task, node, gpu_group, TaskStatus.PIPELINED, "pipeline")
+
+    def _place(
+        self, task: Task, node: int, gpu_group: str | None, status: TaskStatus, kind: str
+    ) -> None:
+        self._record(kind, task)
+        was_evicted = task.virtually_evicted
+        self._detach(task)
+        task.status = status
+        task.node = node
+        if task.is_shared_gpu:
+            task.gpu_group = gpu_group or self.ssn.nodes.new_group_id()
+        self._attach(task)
+        if was_evicted:
+            # A moved victim stays a victim on its old node until it really goes.
+            task.virtually_evicted = True
+        self.ssn.fire_allocate(task)
+
+    def evict(self, task: Task, reason: str) -> None:
+        self._record("evict", task, reason)
+        self._detach(task)
+        task.status = TaskStatus.RELEASING
+        task.virtually_evicted = True
+        self._attach(task)
+        self.ssn.fire_deallocate(task)
+
+    def unevict(self, task: Task) -> None:
+        """Put back a task this statement evicted (same node, same device)."""
+        for i in range(len(self.ops) - 1, -1, -1):
+            op = self.ops[i]
+            if op.task is task and op.kind == "evict":
+                self._undo(op)
+                del self.ops[i]
+                return
+        raise ValueError(f"{task.key} was not evicted by this statement")
+
+    # ------------------------------------------------------------ transactions
+    def checkpoint(self) -> int:
+        return len(self.ops)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self.ops) > checkpoint:
+            self._undo(self.ops.pop())
+
+    def discard(self) -> None:
+        self.rollback(0)
+
+    def _undo(self, op: _Op) -> None:
+        task = op.task
+        self._detach(task)
+        task.status = op.prev_status
+        task.node = op.prev_node
+        task.gpu_group = op.prev_group
+        task.virtually_evicted = op.prev_virtual
+        self._attach(task)
+        if op.kind == "evict":
+            self.ssn.fire_allocate(task)
+        else:
+            self.ssn.fire_deallocate(task)
+
+    def convert_allocated_to_pipelined(self, job_tasks: set[Task]) -> None:
+        """A gang binds together or is pipelined together."""
+        for op in self.ops:
+            if op.kind == "allocate" and op.task in job_tasks:
+                task = op.task
+                self.ssn.nodes.remove_task(task)
+                task.status = TaskStatus.PIPELINED
+                op.kind = "pipeline"
+                self.ssn.nodes.add_task(task)
+
+    def has_pipelined(self, tasks: set[Task]) -> bool:
+        return any(op.kind == "pipeline" and op.task in tasks for op in self.ops)
+
+    def evicted_tasks(self) -> list[Task]:
+        return [op.task for op in self.ops if op.kind == "evict"]
+
+    def commit(self) -> list[Decision]:
+        """Make the operations final and return the decisions they produce."""
+        ssn = self.ssn
+        out: list[Decision] = []
+        nodes = ssn.nodes
+        for op in self.ops:
+            task = op.task
+            if op.kind == "evict":
+                node = nodes.names[op.prev_node] if op.prev_node >= 0 else None
+                out.append(Decision(ssn.current_action, "evict", task, node, reason=op.reason))
+                continue
+            groups = [task.gpu_group] if task.is_shared_gpu and task.gpu_group else []
+            node = nodes.names[task.node] if task.node >= 0 else None
+            if op.kind == "allocate":
+                # Allocated -> Binding: both hold idle capacity, no re-accounting needed.
+                task.status = TaskStatus.BINDING
+                out.append(Decision(ssn.current_action, "bind", task, node, groups))
+            else:
+                out.append(Decision(ssn.current_action, "pipeline", task, node, groups))
+        for op in self.ops:
+            op.task.virtually_evicted = False
+        ssn.decisions.extend(out)
+        self.ops = []
+        return out
