@@ -1,0 +1,303 @@
+"""Pieces shared by the actions: the job queue, tasks to allocate, job allocation."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from datetime import timedelta
+
+import numpy as np
+
+from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
+from kai.framework.session import Session
+from kai.framework.statement import Statement
+
+
+# ----------------------------------------------------------------- job selection
+def tasks_to_allocate(ssn: Session, job: Job) -> list[Task]:
+    """The next chunk of a job to place: the gang up to minMember, then one task at a time."""
+    pending = ssn.sorted_tasks(t for t in job.tasks if t.should_allocate())
+    if not pending:
+        return []
+    allocated = job.active_allocated_count()
+    if allocated < job.min_member:
+        return pending[: job.min_member - allocated]
+    return pending[:1]
+
+
+def job_unready_reason(job: Job) -> str | None:
+    """Why a job cannot be scheduled as it stands (too few pods for its gang)."""
+    alive = job.count(ALIVE)
+    if alive < job.min_member:
+        return (
+            f"PodGroup has {alive} alive pod(s) but minMember is {job.min_member}; "
+            "waiting for the rest of the gang to be created"
+        )
+    return None
+
+
+def schedulable_jobs(
+    ssn: Session,
+    *,
+    pending_only: bool = True,
+    preemptible_only: bool = False,
+    check_preemption_delay: bool = False,
+) -> list[Job]:
+    """Jobs an action may try, in no particular order, with the usual filters."""
+    out = []
+    for job in ssn.jobs.values():
+        if job.invalid_reason:
+            ssn.record_fit_error(job, job.invalid_reason)
+            continue
+        if pending_only and not job.has_pending():
+            continue
+        reason = job_unready_reason(job)
+        if reason:
+            ssn.record_fit_error(job, reason)
+            continue
+        if preemptible_only and not job.preemptible:
+            continue
+        if check_preemption_delay and job.preemption_delay:
+            base = max(
+                (t for t in (job.creation_timestamp, job.last_eviction_timestamp) if t),
+                default=None,
+            )
+            if base is not None and ssn.now < base + timedelta(seconds=job.preemption_delay):
+                ssn.record_fit_error(job, "PreemptionDelayNotElapsed")
+                continue
+        problem = ssn.job_valid(job)
+        if problem:
+            ssn.record_fit_error(job, problem)
+            continue
+        out.append(job)
+    return out
+
+
+class _Entry:
+    __slots__ = ("job", "ssn", "reverse")
+
+    def __init__(self, ssn: Session, job: Job, reverse: bool) -> None:
+        self.ssn = ssn
+        self.job = job
+        self.reverse = reverse
+
+    def __lt__(self, other: _Entry) -> bool:
+        result = self.ssn.job_order(self.job, other.job)
+        return result > 0 if self.reverse else result < 0
+
+
+class JobQueue:
+    """Jobs ordered through the queue tree.
+
+    Each pop descends from the top: at every level it takes the best child queue
+    (the session's queue order, comparing the best job of each subtree), then pops the
+    best job of the leaf by job order.  In victim mode both orders are reversed: the
+    queue that would be served last, and inside it the worst job, come first.
+    """
+
+    def __init__(
+        self,
+        ssn: Session,
+        jobs: Iterable[Job],
+        *,
+        victim_mode: bool = False,
+        max_depth: int | None = None,
+    ) -> None:
+        self.ssn = ssn
+        self.victim_mode = victim_mode
+        self.max_depth = max_depth
+        self.heaps: dict[str, list[_Entry]] = {}
+        self.children: dict[str | None, list[str]] = {}
+        self.popped: dict[str, list[Job]] = {}
+        for job in jobs:
+            self.push(job)
+
+    def _link(self, leaf: str) -> None:
+        path = self.ssn.queue_path(leaf)
+        parent: str | None = None
+        for name in path:
+            kids = self.children.setdefault(parent, [])
+            if name not in kids:
+                kids.append(name)
+            parent = name
+
+    def push(self, job: Job) -> None:
+        leaf = job.queue or ""
+        heap = self.heaps.get(leaf)
+        if heap is None:
+            heap = self.heaps[leaf] = []
+            self._link(leaf)
+        if self.max_depth is not None and len(heap) >= self.max_depth:
+            return
+        heapq.heappush(heap, _Entry(self.ssn, job, self.victim_mode))
+
+    def empty(self) -> bool:
+        return not any(self.heaps.values())
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self.heaps.values())
+
+    def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
+        if name in memo:
+            return memo[name]
+        heap = self.heaps.get(name)
+        if heap:
+            result: tuple[str, Job] | None = (name, heap[0].job)
+        else:
+            result = self._best_among(self.children.get(name, []), memo)
+        memo[name] = result
+        return result
+
+    def _best_among(self, names: list[str], memo: dict) -> tuple[str, Job] | None:
+        best: tuple[str, Job] | None = None
+        best_name = None
+        for name in names:
+            cand = self._best(name, memo)
+            if cand is None:
+                continue
+            if best is None or self._better(name, cand[1], best_name, best[1]):
+                best, best_name = cand, name
+        return best
+
+    def _better(self, lname: str, ljob: Job, rname: str | None, rjob: Job) -> bool:
+        queues = self.ssn.queues
+        lq, rq = queues.get(lname), queues.get(rname) if rname else None
+        if lq is None or rq is None:
+            return False
+        if self.victim_mode:
+            result = self.ssn.queue_order(
+                lq, rq, ljob, rjob, self.popped.get(lname, []), self.popped.get(rname, [])
+            )
+            return result > 0
+        return self.ssn.queue_order(lq, rq, ljob, rjob) < 0
+
+    def pop(self) -> Job | None:
+        best = self._best_among(self.children.get(None, []), {})
+        if best is None:
+            return None
+        leaf, _ = best
+        entry = heapq.heappop(self.heaps[leaf])
+        if self.victim_mode:
+            for name in self.ssn.queue_path(leaf):
+                self.popped.setdefault(name, []).append(entry.job)
+        return entry.job
+
+
+# ----------------------------------------------------------------- placement
+def describe_failures(failures: dict[str, int], total: int) -> str:
+    if not failures:
+        return f"0/{total} nodes are available"
+    parts = ", ".join(
+        f"{count} {reason}"
+        for reason, count in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    return f"0/{total} nodes are available: {parts}"
+
+
+def allocate_task(
+    ssn: Session,
+    stmt: Statement,
+    task: Task,
+    job: Job,
+    *,
+    pipeline_only: bool = False,
+    within: np.ndarray | None = None,
+) -> str | None:
+    """Place one task on the best node; return why not, or None on success."""
+    problem = ssn.pre_predicate(task, job)
+    if problem:
+        return problem
+    result = ssn.filter_nodes(task, job, within=within)
+    if not result.mask.any():
+        return describe_failures(
+            result.failures, len(ssn.nodes) if within is None else int(np.count_nonzero(within))
+        )
+    node = ssn.best_node(task, job, result.mask)
+    if task.is_shared_gpu:
+        return _place_shared(
+            ssn, stmt, task, node, result.fits_idle[node] and not pipeline_only, pipeline_only
+        )
+    if result.fits_idle[node] and not pipeline_only:
+        stmt.allocate(task, node)
+    else:
+        stmt.pipeline(task, node)
+    return None
+
+
+def _place_shared(
+    ssn: Session, stmt: Statement, task: Task, node: int, node_idle: bool, pipeline_only: bool
+) -> str | None:
+    groups = ssn.ordered_gpu_groups(task, node, pipeline_only=pipeline_only)
+    if not groups:
+        return f"no GPU device on node {ssn.nodes.names[node]} has room for the fraction"
+    chosen = groups[0]
+    nodes = ssn.nodes
+    portion = nodes.portion_on(task, node)
+    if chosen is None:
+        gpu = ssn.state.resources.index["nvidia.com/gpu"]
+        device_idle = nodes.idle[node, gpu] >= 1.0 - 1e-9
+    else:
+        device_idle = nodes.gpu_groups[node][chosen].free_idle() + 1e-9 >= portion
+    if node_idle and device_idle:
+        stmt.allocate(task, node, chosen)
+    else:
+        stmt.pipeline(task, node, chosen)
+    return None
+
+
+def allocate_job(
+    ssn: Session,
+    stmt: Statement,
+    job: Job,
+    *,
+    pipeline_only: bool = False,
+    within: np.ndarray | None = None,
+    record_errors: bool = True,
+) -> bool:
+    """Place the job's next chunk of tasks; all of them or (after rollback) none."""
+    tasks = tasks_to_allocate(ssn, job)
+    if not tasks:
+        return False
+    over = ssn.is_job_over_capacity(job, tasks)
+    if over:
+        if record_errors:
+            ssn.record_fit_error(job, over)
+        return False
+    checkpoint = stmt.checkpoint()
+    placed = 0
+    for task in tasks:
+        problem = allocate_task(ssn, stmt, task, job, pipeline_only=pipeline_only, within=within)
+        if problem is not None:
+            if record_errors:
+                _record_failure(ssn, job, task, tasks, placed, problem)
+            stmt.rollback(checkpoint)
+            return False
+        placed += 1
+    return True
+
+
+def _record_failure(
+    ssn: Session, job: Job, task: Task, tasks: list[Task], placed: int, problem: str
+) -> None:
+    if len(tasks) > 1 or job.min_member > 1:
+        needed = job.min_member - (job.active_allocated_count() - placed)
+        ssn.record_fit_error(
+            job,
+            f"Resources were found for {placed} pods while {max(needed, len(tasks))} are "
+            f"required for gang scheduling; pod {task.key}: {problem}",
+        )
+    else:
+        ssn.record_fit_error(job, f"Resources were not found for pod {task.key} due to: {problem}")
+
+
+def should_pipeline_job(job: Job) -> bool:
+    """A gang that has a pipelined task but is not ready without it is pipelined whole."""
+    has_pipelined = any(t.status is TaskStatus.PIPELINED for t in job.tasks)
+    if not has_pipelined:
+        return False
+    ready_without = sum(
+        1
+        for t in job.tasks
+        if t.status in ACTIVE_ALLOCATED and t.status is not TaskStatus.PIPELINED
+    )
+    return ready_without < job.min_member

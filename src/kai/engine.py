@@ -1,0 +1,291 @@
+"""The embeddable engine: build a snapshot, run one session, read the decisions.
+
+This is what ``import kai`` exposes; ``kai simulate`` is a thin layer over it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from kai.actions import get_action
+from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, Task, TaskStatus
+from kai.api.objects import ClusterObjects, SchedulerConfigObject
+from kai.config import SchedulerConfig
+from kai.framework.session import Session
+from kai.snapshot.builder import build_state
+
+LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
+STALE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
+
+
+class Snapshot:
+    """An immutable set of cluster objects; every session builds fresh state from it."""
+
+    def __init__(self, objects: ClusterObjects) -> None:
+        self.objects = objects
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str]) -> Snapshot:
+        from kai.snapshot.loader import load_files
+
+        return cls(load_files(list(paths)))
+
+    @classmethod
+    def from_yaml(cls, text: str, name: str = "<string>") -> Snapshot:
+        from kai.snapshot.loader import load_text
+
+        return cls(load_text(text, name))
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+        """From Kubernetes objects as Python dicts (what yaml/json loading gives)."""
+        from kai.snapshot.loader import load_objects
+
+        return cls(load_objects(objects))
+
+    @property
+    def config(self) -> SchedulerConfigObject | None:
+        return self.objects.config
+
+    def state(self) -> ClusterState:
+        return build_state(self.objects)
+
+
+@dataclass
+class DecisionRecord:
+    action: str
+    type: str  # bind | pipeline | evict
+    pod: str  # namespace/name
+    node: str | None
+    gpu_groups: list[str] = field(default_factory=list)
+    reason: str | None = None
+    pod_group_annotations: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "action": self.action,
+            "type": self.type,
+            "pod": self.pod,
+            "node": self.node,
+        }
+        if self.type != "evict":
+            out["gpuGroups"] = self.gpu_groups
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.pod_group_annotations:
+            out["podGroupAnnotations"] = self.pod_group_annotations
+        return out
+
+
+@dataclass
+class PodResult:
+    status: str
+    node: str | None
+
+
+@dataclass
+class PodGroupResult:
+    name: str  # namespace/name
+    queue: str | None
+    preemptible: bool
+    preemptibility: str
+    scheduled: bool
+    reason: str | None
+    explain: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class QueueResult:
+    fair_share: dict[str, float]
+    allocated: dict[str, float]
+    requested: dict[str, float]
+
+
+@dataclass
+class SessionResult:
+    decisions: list[DecisionRecord]
+    pods: dict[str, PodResult]
+    pod_groups: dict[str, PodGroupResult]
+    queues: dict[str, QueueResult]
+    action_seconds: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self, *, explain: bool = False) -> dict[str, Any]:
+        groups = {}
+        for key, g in self.pod_groups.items():
+            entry: dict[str, Any] = {
+                "queue": g.queue,
+                "preemptible": g.preemptible,
+                "preemptibility": g.preemptibility,
+                "scheduled": g.scheduled,
+                "reason": g.reason,
+            }
+            if g.annotations:
+                entry["annotations"] = g.annotations
+            if g.warnings:
+                entry["warnings"] = g.warnings
+            if explain:
+                entry["explain"] = g.explain
+            groups[key] = entry
+        return {
+            "decisions": [d.to_json() for d in self.decisions],
+            "pods": {k: {"status": p.status, "node": p.node} for k, p in self.pods.items()},
+            "podGroups": groups,
+            "queues": {
+                name: {
+                    "fairShare": q.fair_share,
+                    "allocated": q.allocated,
+                    "requested": q.requested,
+                }
+                for name, q in self.queues.items()
+            },
+        }
+
+
+def parse_now(value: str | datetime | None) -> datetime:
+    if value is None:
+        return datetime.now(timezone.utc)
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    from kai.api.quantity import parse_time
+
+    return parse_time(value)
+
+
+def run_session(
+    snapshot: Snapshot,
+    *,
+    config: SchedulerConfig | SchedulerConfigObject | None = None,
+    actions: Sequence[str] | None = None,
+    now: str | datetime | None = None,
+    backend: str | None = None,
+) -> SessionResult:
+    """Run one scheduling session on a snapshot and return what it decided."""
+    if not isinstance(config, SchedulerConfig):
+        config = SchedulerConfig.from_object(config or snapshot.config, actions=actions)
+    elif actions is not None:
+        config = SchedulerConfig(
+            list(actions),
+            config.tiers,
+            config.queue_depth_per_action,
+            config.reclaim_min_runtime,
+            config.preempt_min_runtime,
+        )
+        SchedulerConfig.from_object(None, actions=actions)  # validates the names
+    state = snapshot.state()
+    ssn = Session(state, config, now=parse_now(now), backend=backend)
+    ssn.open(config.build_plugins())
+    timings: dict[str, float] = {}
+    for name in config.actions:
+        ssn.current_action = name
+        start = time.perf_counter()
+        get_action(name)(ssn)
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+    ssn.current_action = ""
+    ssn.close()
+    return collect_result(ssn, timings)
+
+
+# ------------------------------------------------------------------- results
+_OUTPUT_STATUS = {
+    TaskStatus.PENDING: "Pending",
+    TaskStatus.ALLOCATED: "Pending",  # never committed
+    TaskStatus.BINDING: "Binding",
+    TaskStatus.PIPELINED: "Pipelined",
+    TaskStatus.RELEASING: "Releasing",
+    TaskStatus.BOUND: "Running",
+    TaskStatus.RUNNING: "Running",
+    TaskStatus.SUCCEEDED: "Succeeded",
+    TaskStatus.FAILED: "Failed",
+    TaskStatus.UNKNOWN: "Unknown",
+}
+
+_SCHEDULED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+
+
+def _format_time(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pod_result(ssn: Session, task: Task) -> PodResult:
+    status = _OUTPUT_STATUS[task.status]
+    if task.node >= 0:
+        node = ssn.nodes.names[task.node]
+    elif task.status is TaskStatus.PENDING:
+        node = None
+    else:
+        node = task.pod.node_name
+    return PodResult(status, node)
+
+
+def _job_result(ssn: Session, job: Job) -> PodGroupResult:
+    scheduled_count = job.count(_SCHEDULED)
+    needed = max(job.min_member, 1) if job.tasks else 1
+    # The gang runs (or binds now); elastic pods beyond it may still wait.
+    scheduled = bool(job.tasks) and scheduled_count >= needed
+    reason = None
+    explain = list(job.fit_errors)
+    if not job.tasks:
+        reason = "PodGroup has no pods in the snapshot"
+    elif job.invalid_reason:
+        reason = job.invalid_reason
+    elif not scheduled:
+        if any(t.status is TaskStatus.PIPELINED for t in job.tasks):
+            reason = "pipelined: waiting for resources that are being released"
+        elif job.fit_errors:
+            reason = job.fit_errors[-1]
+        elif job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending():
+            reason = "no pods to schedule"
+        else:
+            reason = "not scheduled in this session"
+    annotations = {}
+    if job.new_start_timestamp is not None:
+        annotations[LAST_START_ANNOTATION] = _format_time(job.new_start_timestamp)
+    if job.stale_since_set is not None:
+        annotations[STALE_ANNOTATION] = _format_time(job.stale_since_set)
+    return PodGroupResult(
+        name=job.key,
+        queue=job.queue,
+        preemptible=job.preemptible,
+        preemptibility=job.preemptibility,
+        scheduled=scheduled,
+        reason=reason,
+        explain=explain,
+        warnings=list(job.warnings),
+        annotations=annotations,
+    )
+
+
+def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> SessionResult:
+    decisions = []
+    for d in ssn.decisions:
+        annotations = {}
+        job = d.task.job
+        if d.type == "bind" and job is not None and job.new_start_timestamp is not None:
+            annotations[LAST_START_ANNOTATION] = _format_time(job.new_start_timestamp)
+        decisions.append(
+            DecisionRecord(
+                d.action, d.type, d.task.key, d.node, list(d.gpu_groups), d.reason, annotations
+            )
+        )
+    pods = {}
+    for task in sorted(ssn.state.all_tasks(), key=lambda t: t.key):
+        pods[task.key] = _pod_result(ssn, task)
+    groups = {
+        job.key: _job_result(ssn, job) for job in sorted(ssn.jobs.values(), key=lambda j: j.key)
+    }
+    queues = {}
+    for name in sorted(ssn.queues):
+        fair = ssn.queue_info("queue_fair_share", name) or {}
+        queues[name] = QueueResult(
+            fair_share=fair,
+            allocated=ssn.queue_info("queue_allocated", name) or {},
+            requested=ssn.queue_info("queue_requested", name) or {},
+        )
+    return SessionResult(decisions, pods, groups, queues, timings or {}, list(ssn.state.warnings))

@@ -1,0 +1,10 @@
+"""Built-in plugins.  Importing this package registers all of them."""
+
+from kai.plugins import (  # noqa: F401
+    examples,
+    ordering,
+    predicates,
+    proportion,
+    scoring,
+    volcano,
+)

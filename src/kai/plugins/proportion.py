@@ -1,0 +1,437 @@
+"""proportion: hierarchical fair share, queue order and queue capacity.
+
+Every queue has, per resource (cpu millicores, memory bytes, gpu devices): a quota
+(deserved), a limit, an over-quota weight and a priority.  The cluster's capacity is
+divided level by level down the queue tree: each level first gives every queue its
+deserved share (up to what it requests), then the rest by over-quota weight among the
+queues of the highest priority, then the next priority (``divide_fair_share`` of the
+backends).  A queue's fair share is what its children divide in turn.
+
+The plugin also orders queues (under-served and starved queues first, then priority,
+then dominant resource share), enforces limits (a queue over its limit gets nothing
+more) and keeps non-preemptible jobs within quota.  The reclaim rules live in
+:mod:`kai.plugins.reclaim_rules` and use the same queue state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai.api.model import (
+    ALLOCATED,
+    Q_CPU,
+    Q_GPU,
+    Q_MEMORY,
+    QUEUE_RESOURCES,
+    Job,
+    QueueInfo,
+    Task,
+    TaskStatus,
+)
+from kai.api.resources import CPU, GPU, MEMORY
+from kai.framework import EventHandler, Plugin, Session, register_plugin
+
+UNLIMITED = -1.0
+
+
+@dataclass
+class QueueShare:
+    """Per-queue accounting, arrays indexed [cpu, memory, gpu]."""
+
+    name: str
+    parent: str | None
+    priority: int
+    rank: int  # tie-break: older queue first
+    deserved: np.ndarray
+    limit: np.ndarray
+    weight: np.ndarray
+    fair_share: np.ndarray
+    allocated: np.ndarray
+    allocated_non_preemptible: np.ndarray
+    request: np.ndarray
+
+    def clone(self) -> QueueShare:
+        return QueueShare(
+            self.name,
+            self.parent,
+            self.priority,
+            self.rank,
+            self.deserved,
+            self.limit,
+            self.weight,
+            self.fair_share.copy(),
+            self.allocated.copy(),
+            self.allocated_non_preemptible.copy(),
+            self.request.copy(),
+        )
+
+    def allocatable_share(self) -> np.ndarray:
+        """What the queue may hold: max(deserved, fair share), capped by its limit."""
+        out = np.maximum(self.deserved, self.fair_share)
+        out = np.where(self.deserved == UNLIMITED, self.limit, out)
+        capped = np.where(self.limit != UNLIMITED, np.minimum(out, self.limit), out)
+        return np.where((self.deserved == UNLIMITED) & (self.limit == UNLIMITED), UNLIMITED, capped)
+
+    def requestable(self) -> np.ndarray:
+        return np.where(self.limit == UNLIMITED, self.request, np.minimum(self.request, self.limit))
+
+
+def queue_vector(
+    ssn: Session,
+    task: Task,
+    *,
+    node: int | None = None,
+    for_request: bool = False,
+    min_gpu_memory: float = 0.0,
+) -> np.ndarray:
+    """The [cpu, memory, gpu] a task charges to its queue."""
+    r = task.request
+    gpu = r[GPU]
+    if task.gpu_fraction > 0:
+        gpu = task.gpu_fraction
+    elif task.gpu_memory_mib > 0:
+        where = task.node if node is None else node
+        mem = ssn.nodes.gpu_memory_mib[where] if where is not None and where >= 0 else 0.0
+        if mem <= 0 or for_request:
+            mem = min_gpu_memory
+        gpu = task.gpu_memory_mib / mem if mem > 0 else 0.0
+    return np.array([r[CPU], r[MEMORY], gpu], dtype=np.float64)
+
+
+class ProportionPlugin(Plugin):
+    name = "proportion"
+    arguments = ("kValue", "relcaimerSaturationMultiplier", "reclaimerSaturationMultiplier")
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.k_value = max(0.0, self.arg_float("kValue", 1.0))
+        key = (
+            "relcaimerSaturationMultiplier"
+            if "relcaimerSaturationMultiplier" in self.args
+            else "reclaimerSaturationMultiplier"
+        )
+        self.saturation_multiplier = max(1.0, self.arg_float(key, 1.0))
+        self.shares: dict[str, QueueShare] = {}
+
+    # ------------------------------------------------------------------ setup
+    def on_session_open(self, ssn: Session) -> None:
+        self.ssn = ssn
+        gpu_mem = ssn.nodes.gpu_memory_mib[ssn.nodes.gpu_memory_mib > 0]
+        self.min_gpu_memory = float(gpu_mem.min()) if gpu_mem.size else 0.0
+        self.max_gpu_memory = float(gpu_mem.max()) if gpu_mem.size else 0.0
+        self._build_shares(ssn)
+        self.total = self._cluster_total(ssn)
+        self._divide(ssn)
+        ssn.cache["proportion"] = self
+        ssn.add_queue_order_fn(self.queue_order)
+        ssn.add_is_job_over_capacity_fn(self.job_over_capacity)
+        ssn.add_is_non_preemptible_job_over_quota_fn(self.non_preemptible_over_quota)
+        ssn.add_event_handler(EventHandler(self._on_allocate, self._on_deallocate))
+        ssn.add_queue_info_fns(
+            fair_share=lambda q: self._as_dict(self.shares[q].fair_share),
+            allocated=lambda q: self._as_dict(self.shares[q].allocated),
+            requested=lambda q: self._as_dict(self.shares[q].request),
+            deserved=lambda q: self._as_dict(self.shares[q].deserved),
+        )
+        from kai.plugins.reclaim_rules import register_reclaim_rules
+
+        register_reclaim_rules(self, ssn)
+
+    @staticmethod
+    def _as_dict(vec: np.ndarray) -> dict[str, float]:
+        return {"gpu": float(vec[Q_GPU]), "cpu": float(vec[Q_CPU]), "memory": float(vec[Q_MEMORY])}
+
+    def _build_shares(self, ssn: Session) -> None:
+        queues = sorted(
+            ssn.queues.values(),
+            key=lambda q: (
+                q.creation_timestamp.timestamp() if q.creation_timestamp else 0.0,
+                q.name,
+            ),
+        )
+        zeros = np.zeros(len(QUEUE_RESOURCES))
+        for rank, q in enumerate(queues):
+            self.shares[q.name] = QueueShare(
+                q.name,
+                q.parent,
+                q.priority,
+                rank,
+                q.deserved,
+                q.limit,
+                q.over_quota_weight,
+                zeros.copy(),
+                zeros.copy(),
+                zeros.copy(),
+                zeros.copy(),
+            )
+        for job in ssn.jobs.values():
+            if job.queue not in self.shares or job.invalid_reason:
+                continue
+            for task in job.tasks:
+                if task.status in ALLOCATED:
+                    vec = queue_vector(ssn, task)
+                    self._charge(job, vec, +1, request_too=True)
+                elif task.status is TaskStatus.PENDING:
+                    vec = queue_vector(
+                        ssn, task, for_request=True, min_gpu_memory=self.min_gpu_memory
+                    )
+                    for name in self.ancestors(job.queue):
+                        self.shares[name].request += vec
+
+    def ancestors(self, queue: str) -> list[str]:
+        """The queue and its ancestors, leaf first."""
+        out = []
+        current: str | None = queue
+        while current is not None and current in self.shares and current not in out:
+            out.append(current)
+            current = self.shares[current].parent
+        return out
+
+    def _charge(self, job: Job, vec: np.ndarray, sign: int, *, request_too: bool = False) -> None:
+        for name in self.ancestors(job.queue):
+            share = self.shares[name]
+            share.allocated += sign * vec
+            if request_too:
+                share.request += sign * vec
+            if not job.preemptible:
+                share.allocated_non_preemptible += sign * vec
+
+    def _cluster_total(self, ssn: Session) -> np.ndarray:
+        nodes = ssn.nodes
+        ready = np.array([n.ready for n in nodes.objects], dtype=np.bool_)
+        alloc = nodes.allocatable[ready]
+        total = np.array([alloc[:, CPU].sum(), alloc[:, MEMORY].sum(), alloc[:, GPU].sum()])
+        for task in ssn.state.foreign_tasks:
+            if task.node >= 0 and ready[task.node]:
+                total -= queue_vector(ssn, task)
+        return np.maximum(total, 0.0)
+
+    def _divide(self, ssn: Session) -> None:
+        backend = ssn.backend
+        children: dict[str | None, list[QueueShare]] = {}
+        for share in self.shares.values():
+            parent = share.parent if share.parent in self.shares else None
+            children.setdefault(parent, []).append(share)
+        for siblings in children.values():
+            siblings.sort(key=lambda s: s.rank)
+
+        def divide(parent: str | None, total: np.ndarray) -> None:
+            siblings = children.get(parent, [])
+            if not siblings:
+                return
+            prio = np.array([s.priority for s in siblings], dtype=np.int64)
+            rank = np.array([s.rank for s in siblings], dtype=np.int64)
+            usage = np.zeros(len(siblings))
+            for r in range(len(QUEUE_RESOURCES)):
+                fair = backend.divide_fair_share(
+                    float(total[r]),
+                    np.array([s.deserved[r] for s in siblings]),
+                    np.array([s.limit[r] for s in siblings]),
+                    np.array([s.weight[r] for s in siblings]),
+                    np.array([s.request[r] for s in siblings]),
+                    prio,
+                    rank,
+                    self.k_value,
+                    usage,
+                )
+                for s, value in zip(siblings, fair):
+                    s.fair_share[r] = value
+            for s in siblings:
+                divide(s.name, s.fair_share)
+
+        divide(None, self.total)
+
+    # ----------------------------------------------------------- accounting
+    def _on_allocate(self, event) -> None:
+        task = event.task
+        job = task.job
+        if job is not None and job.queue in self.shares:
+            self._charge(job, queue_vector(self.ssn, task), +1)
+
+    def _on_deallocate(self, event) -> None:
+        task = event.task
+        job = task.job
+        if job is not None and job.queue in self.shares:
+            self._charge(job, queue_vector(self.ssn, task), -1)
+
+    def request_of(self, tasks: list[Task], *, conservative: bool = False) -> np.ndarray:
+        """Summed [cpu, memory, gpu] of tasks not yet placed."""
+        mem = self.max_gpu_memory if conservative else self.min_gpu_memory
+        out = np.zeros(len(QUEUE_RESOURCES))
+        for task in tasks:
+            out += queue_vector(self.ssn, task, for_request=True, min_gpu_memory=mem)
+        return out
+
+    # ------------------------------------------------------------ queue order
+    def _dominant_share(self, share: QueueShare, vec: np.ndarray) -> float:
+        allocatable = share.allocatable_share()
+        best = 0.0
+        for r in range(len(QUEUE_RESOURCES)):
+            cap = allocatable[r]
+            if cap == UNLIMITED:
+                cap = self.total[r]
+            if cap > 0:
+                value = vec[r] / cap
+            else:
+                value = vec[r] * 1000.0
+            best = max(best, value)
+        return best
+
+    def queue_order(
+        self,
+        left: QueueInfo,
+        right: QueueInfo,
+        left_job: Job | None,
+        right_job: Job | None,
+        left_victims=None,
+        right_victims=None,
+    ) -> int:
+        ls, rs = self.shares.get(left.name), self.shares.get(right.name)
+        if ls is None or rs is None:
+            return 0
+        lreq = self._job_request(left_job)
+        rreq = self._job_request(right_job)
+        lvic = self._victims_vector(left_victims)
+        rvic = self._victims_vector(right_victims)
+
+        # 1. under-utilized queues before over-utilized ones
+        lover = bool(np.all(ls.fair_share < ls.allocated))
+        rover = bool(np.all(rs.fair_share < rs.allocated))
+        if lover != rover:
+            return 1 if lover else -1
+        # 2. starved queues (within deserved even with the job) first
+        lstarved = self._within_deserved(ls, lreq)
+        rstarved = self._within_deserved(rs, rreq)
+        if lstarved != rstarved:
+            return -1 if lstarved else 1
+        # 3. queue priority
+        if ls.priority != rs.priority:
+            return -1 if ls.priority > rs.priority else 1
+        # 4. a queue that would use a resource it may not have goes last
+        lzero = self._uses_zero_share(ls, lreq)
+        rzero = self._uses_zero_share(rs, rreq)
+        if lzero != rzero:
+            return 1 if lzero else -1
+        # 5. smaller dominant share with the job
+        lds = self._dominant_share(ls, ls.allocated + lreq - lvic)
+        rds = self._dominant_share(rs, rs.allocated + rreq - rvic)
+        if lds != rds:
+            return -1 if lds < rds else 1
+        # 6. smaller dominant share without it
+        lds = self._dominant_share(ls, ls.allocated)
+        rds = self._dominant_share(rs, rs.allocated)
+        if lds != rds:
+            return -1 if lds < rds else 1
+        # 7. smaller allocatable share
+        la, ra = ls.allocatable_share(), rs.allocatable_share()
+        if np.all(la <= ra) and np.any(la < ra):
+            return -1
+        if np.all(ra <= la) and np.any(ra < la):
+            return 1
+        # 8. the older queue
+        if ls.rank != rs.rank:
+            return -1 if ls.rank < rs.rank else 1
+        return 0
+
+    def _job_request(self, job: Job | None) -> np.ndarray:
+        if job is None:
+            return np.zeros(len(QUEUE_RESOURCES))
+        key = ("proportion.job_request", job.key)
+        cached = self.ssn.cache.get(key)
+        if cached is None:
+            from kai.actions.common import tasks_to_allocate
+
+            cached = self.request_of(tasks_to_allocate(self.ssn, job))
+            self.ssn.cache[key] = cached
+        return cached
+
+    def _victims_vector(self, victims: list[Job] | None) -> np.ndarray:
+        out = np.zeros(len(QUEUE_RESOURCES))
+        for job in victims or ():
+            for task in job.tasks:
+                if task.status in ALLOCATED or task.status is TaskStatus.PIPELINED:
+                    out += queue_vector(self.ssn, task)
+        return out
+
+    @staticmethod
+    def _within_deserved(share: QueueShare, request: np.ndarray) -> bool:
+        total = share.allocated + request
+        return bool(np.all((share.deserved == UNLIMITED) | (total <= share.deserved + 1e-9)))
+
+    @staticmethod
+    def _uses_zero_share(share: QueueShare, request: np.ndarray) -> bool:
+        allocatable = share.allocatable_share()
+        return bool(np.any((allocatable == 0) & (share.allocated + request > 0)))
+
+    # ------------------------------------------------------------ capacity
+    def job_over_capacity(self, job: Job, tasks: list[Task]) -> str | None:
+        if job.queue not in self.shares:
+            return None
+        request = self.request_of(tasks, conservative=True)
+        for name in self.ancestors(job.queue):
+            share = self.shares[name]
+            over = (
+                (share.limit != UNLIMITED)
+                & (request > 0)
+                & (share.limit < share.allocated + request - 1e-9)
+            )
+            if np.any(over):
+                return self._quota_message(
+                    "OverLimit", name, over, share.limit, share.allocated, request, "limit"
+                )
+        return self.non_preemptible_over_quota(job, tasks)
+
+    def non_preemptible_over_quota(self, job: Job, tasks: list[Task]) -> str | None:
+        if job.preemptible or job.queue not in self.shares:
+            return None
+        request = self.request_of(tasks, conservative=True)
+        for name in self.ancestors(job.queue):
+            share = self.shares[name]
+            over = (
+                (share.deserved != UNLIMITED)
+                & (request > 0)
+                & (share.deserved < share.allocated_non_preemptible + request - 1e-9)
+            )
+            if np.any(over):
+                return self._quota_message(
+                    "NonPreemptibleOverQuota",
+                    name,
+                    over,
+                    share.deserved,
+                    share.allocated_non_preemptible,
+                    request,
+                    "quota",
+                )
+        return None
+
+    @staticmethod
+    def _quota_message(
+        kind: str,
+        queue: str,
+        over: np.ndarray,
+        bound: np.ndarray,
+        used: np.ndarray,
+        request: np.ndarray,
+        what: str,
+    ) -> str:
+        parts = []
+        for r in np.flatnonzero(over):
+            name = QUEUE_RESOURCES[r]
+            parts.append(
+                f"{name}: {what} {_fmt(bound[r], name)}, "
+                f"in use {_fmt(used[r], name)}, requested {_fmt(request[r], name)}"
+            )
+        return f"{kind}: queue {queue!r} would exceed its {what} ({'; '.join(parts)})"
+
+
+def _fmt(value: float, resource: str) -> str:
+    if resource == "memory":
+        return f"{value / 1e6:g}MB"
+    if resource == "cpu":
+        return f"{value:g}m"
+    return f"{value:g}"
+
+
+register_plugin("proportion", ProportionPlugin)

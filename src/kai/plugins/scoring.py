@@ -1,0 +1,161 @@
+"""Node and GPU scoring plugins.
+
+The scores are KAI-Scheduler's constants, chosen so that the summed node score is
+almost lexicographic: nominated node > shared-GPU fit > fits on idle capacity >
+resource type > bin-packing/spreading.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kai.api.model import Job, Task
+from kai.api.resources import CPU, GPU
+from kai.framework import NodeInfo, Plugin, Session, register_plugin
+
+MAX_HIGH_DENSITY = 9.0
+RESOURCE_TYPE = 10.0
+AVAILABILITY = 1_000.0
+GPU_SHARING = 10_000.0
+NOMINATED_NODE = 10_000_000.0
+
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+
+
+class NodePlacementPlugin(Plugin):
+    """Bin-pack (default) or spread, separately for GPU and CPU-only workloads."""
+
+    name = "nodeplacement"
+    arguments = ("gpu", "cpu")
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.gpu = self.arg_choice("gpu", "binpack", ("binpack", "spread"))
+        self.cpu = self.arg_choice("cpu", "binpack", ("binpack", "spread"))
+
+    def on_session_open(self, ssn: Session) -> None:
+        nodes = ssn.nodes
+        gpu_capacity = nodes.allocatable[:, GPU].copy()
+        for i, node in enumerate(nodes.objects):
+            raw = node.labels.get(GPU_COUNT_LABEL)
+            if raw:
+                try:
+                    gpu_capacity[i] = float(raw)
+                except ValueError:
+                    pass
+        backend = ssn.backend
+
+        def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+            resource = GPU if task.requests_gpu else CPU
+            strategy = self.gpu if task.requests_gpu else self.cpu
+            non_allocated = nodes.idle[:, resource] + nodes.releasing[:, resource]
+            if strategy == "binpack":
+                return backend.binpack_score(
+                    non_allocated, nodes.allocatable[:, resource].copy(), candidates
+                )
+            capacity = gpu_capacity if resource == GPU else nodes.allocatable[:, CPU].copy()
+            return backend.spread_score(non_allocated, capacity)
+
+        ssn.add_batch_node_order_fn(score)
+
+
+class NodeAvailabilityPlugin(Plugin):
+    """Prefer nodes where the task fits on idle capacity (no pipelining needed)."""
+
+    name = "nodeavailability"
+
+    def on_session_open(self, ssn: Session) -> None:
+        def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+            return ssn.fits_idle(task).astype(np.float64) * AVAILABILITY
+
+        ssn.add_batch_node_order_fn(score)
+
+
+class GpuSharingOrderPlugin(Plugin):
+    """Prefer nodes with an already shared GPU that has room for a fractional task."""
+
+    name = "gpusharingorder"
+
+    def on_session_open(self, ssn: Session) -> None:
+        nodes = ssn.nodes
+
+        def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+            out = np.zeros(len(nodes), dtype=np.float64)
+            if not task.is_shared_gpu:
+                return out
+            for i in np.flatnonzero(candidates):
+                if nodes.gpu_groups[i] and nodes.shared_fit(
+                    int(i), nodes.portion_on(task, int(i)), idle_only=False
+                ):
+                    out[i] = GPU_SHARING
+            return out
+
+        ssn.add_batch_node_order_fn(score)
+
+
+class ResourceTypePlugin(Plugin):
+    """Keep CPU-only tasks on CPU-only nodes."""
+
+    name = "resourcetype"
+
+    def on_session_open(self, ssn: Session) -> None:
+        cpu_only_nodes = (ssn.nodes.allocatable[:, GPU] <= 0).astype(np.float64) * RESOURCE_TYPE
+        zero = np.zeros(len(ssn.nodes), dtype=np.float64)
+
+        def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+            return zero if task.requests_gpu else cpu_only_nodes
+
+        ssn.add_batch_node_order_fn(score)
+
+
+class NominatedNodePlugin(Plugin):
+    """Strongly prefer the node named in ``status.nominatedNodeName``."""
+
+    name = "nominatednode"
+
+    def on_session_open(self, ssn: Session) -> None:
+        index = ssn.nodes.index
+        n = len(ssn.nodes)
+
+        def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+            out = np.zeros(n, dtype=np.float64)
+            nominated = task.pod.nominated_node_name
+            if nominated in index:
+                out[index[nominated]] = NOMINATED_NODE
+            return out
+
+        ssn.add_batch_node_order_fn(score)
+
+
+def _group_used(info: NodeInfo, group: str | None) -> float:
+    if group is None:
+        return 0.0
+    g = info._ssn.nodes.gpu_groups[info.index].get(group)
+    return g.used if g is not None else 0.0
+
+
+class GpuPackPlugin(Plugin):
+    """Put fractional tasks on the fullest shared GPU first."""
+
+    name = "gpupack"
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_gpu_order_fn(lambda task, info, group: _group_used(info, group))
+
+
+class GpuSpreadPlugin(Plugin):
+    """Put fractional tasks on the emptiest GPU first."""
+
+    name = "gpuspread"
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_gpu_order_fn(lambda task, info, group: 1.0 - _group_used(info, group))
+
+
+register_plugin("nodeplacement", NodePlacementPlugin)
+register_plugin("nodeavailability", NodeAvailabilityPlugin)
+register_plugin("gpusharingorder", GpuSharingOrderPlugin)
+register_plugin("resourcetype", ResourceTypePlugin)
+register_plugin("nominatednode", NominatedNodePlugin)
+register_plugin("gpupack", GpuPackPlugin)
+register_plugin("gpuspread", GpuSpreadPlugin)

@@ -1,0 +1,316 @@
+"""Turn parsed Kubernetes objects into the scheduling state of one session.
+
+The rules of the acceptance interface (section 1) live here: pod to group, group to
+queue, priority, running versus releasing pods, fractional GPUs.  Problems that
+concern one group only (an unknown queue, a missing PodGroup) make that group
+unschedulable with a reason; the rest of the cluster is still scheduled.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+from kai.api.model import (
+    ON_NODE,
+    ClusterState,
+    Job,
+    NodeTable,
+    QueueInfo,
+    Task,
+    TaskStatus,
+    queue_arrays,
+)
+from kai.api.objects import (
+    ClusterObjects,
+    GenericObject,
+    OwnerReference,
+    PodGroupObject,
+    PodObject,
+)
+from kai.api.preemptibility import resolve_preemptibility
+from kai.api.resources import GPU, ResourceTable
+
+KAI_SCHEDULER_NAME = "kai-scheduler"
+POD_GROUP_ANNOTATION = "pod-group-name"
+QUEUE_LABEL = "kai.scheduler/queue"
+GPU_FRACTION_ANNOTATION = "gpu-fraction"
+GPU_MEMORY_ANNOTATION = "gpu-memory"
+GPU_GROUP_LABEL = "runai-gpu-group"
+DEFAULT_PRIORITY = 50
+
+
+def build_state(
+    objects: ClusterObjects, *, scheduler_name: str = KAI_SCHEDULER_NAME
+) -> ClusterState:
+    table = _resource_table(objects)
+    nodes = NodeTable(objects.nodes, table)
+    priorities = {pc.name: pc.value for pc in objects.priority_classes}
+    global_default = next((pc.value for pc in objects.priority_classes if pc.global_default), None)
+    queues = _build_queues(objects)
+    owners = _owner_index(objects.others)
+
+    def lookup(namespace: str, ref: OwnerReference) -> GenericObject | None:
+        if ref.uid and ref.uid in owners["uid"]:
+            return owners["uid"][ref.uid]
+        return owners["name"].get((namespace, ref.kind, ref.name)) or owners["name"].get(
+            (None, ref.kind, ref.name)
+        )
+
+    state = ClusterState(resources=table, nodes=nodes, tasks=[], jobs={}, queues=queues)
+    pod_groups = {(pg.namespace, pg.name): pg for pg in objects.pod_groups}
+    members: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
+    missing_group: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
+    singles: list[PodObject] = []
+
+    for pod in objects.pods:
+        status = pod_status(pod)
+        if pod.scheduler_name != scheduler_name:
+            _add_foreign(state, pod, status)
+            continue
+        group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
+        if group_name:
+            key = (pod.namespace, group_name)
+            (members if key in pod_groups else missing_group)[key].append(pod)
+        else:
+            singles.append(pod)
+
+    def priority_of(pg: PodGroupObject | None, pods: list[PodObject]) -> int:
+        if pg is not None and pg.priority_class_name and pg.priority_class_name in priorities:
+            return priorities[pg.priority_class_name]
+        for pod in pods:
+            if pod.priority is not None:
+                return pod.priority
+        for pod in pods:
+            if pod.priority_class_name and pod.priority_class_name in priorities:
+                return priorities[pod.priority_class_name]
+        return global_default if global_default is not None else DEFAULT_PRIORITY
+
+    def make_job(uid, name, namespace, pg, pods, min_member, invalid=None) -> Job:
+        pods = sorted(pods, key=lambda p: p.name)
+        queue = pg.queue if pg is not None and pg.queue else None
+        if queue is None:
+            queue = next((p.labels[QUEUE_LABEL] for p in pods if QUEUE_LABEL in p.labels), None)
+        priority = priority_of(pg, pods)
+        pre = resolve_preemptibility(pg, pods, priority, lookup)
+        created = pg.creation_timestamp if pg is not None else None
+        if created is None:
+            stamps = [p.creation_timestamp for p in pods if p.creation_timestamp]
+            created = min(stamps) if stamps else None
+        job = Job(
+            uid=uid,
+            name=name,
+            namespace=namespace,
+            queue=queue,
+            priority=priority,
+            min_member=min_member,
+            preemptible=pre.preemptible,
+            preemptibility=pre.value,
+            creation_timestamp=created,
+            pod_group=pg,
+        )
+        if pre.warning:
+            job.warnings.append(pre.warning)
+        if pg is not None:
+            job.last_start_timestamp = pg.last_start_timestamp
+            job.stale_timestamp = pg.stale_timestamp
+            job.last_eviction_timestamp = pg.last_eviction_timestamp
+            job.staleness_grace_period = pg.staleness_grace_period
+            job.preemption_delay = pg.preemption_delay
+        for pod in pods:
+            task = _make_task(state, pod, job)
+            job.tasks.append(task)
+            state.tasks.append(task)
+        if job.last_start_timestamp is None:
+            starts = [
+                t.pod.start_time or t.pod.creation_timestamp
+                for t in job.tasks
+                if t.status in (TaskStatus.RUNNING, TaskStatus.BOUND)
+            ]
+            starts = [s for s in starts if s is not None]
+            if starts:
+                job.last_start_timestamp = min(starts)
+        job.invalid_reason = invalid or _queue_problem(queue, queues)
+        state.jobs[job.key] = job
+        return job
+
+    for key in sorted(pod_groups):
+        pg = pod_groups[key]
+        min_member = 1 if pg.min_member is None else pg.min_member
+        make_job(
+            pg.uid or f"{pg.namespace}/{pg.name}",
+            pg.name,
+            pg.namespace,
+            pg,
+            members.get(key, []),
+            min_member,
+        )
+    for key in sorted(missing_group):
+        namespace, name = key
+        make_job(
+            f"{namespace}/{name}",
+            name,
+            namespace,
+            None,
+            missing_group[key],
+            1,
+            invalid=f"PodGroup {namespace}/{name} named by the pods' "
+            f"{POD_GROUP_ANNOTATION} annotation does not exist",
+        )
+    for pod in sorted(singles, key=lambda p: (p.namespace, p.name)):
+        make_job(pod.uid or pod.key, pod.name, pod.namespace, None, [pod], 1)
+
+    for task in state.tasks + state.foreign_tasks:
+        if task.node >= 0:
+            nodes.add_task(task)
+    return state
+
+
+def pod_status(pod: PodObject) -> TaskStatus:
+    """A pod's status as the batch-scheduling model defines it."""
+    phase = pod.phase or "Pending"
+    if phase == "Succeeded":
+        return TaskStatus.SUCCEEDED
+    if phase == "Failed":
+        return TaskStatus.FAILED
+    if pod.deletion_timestamp is not None and phase in ("Pending", "Running"):
+        return TaskStatus.RELEASING if pod.node_name or phase == "Running" else TaskStatus.RELEASING
+    if phase == "Running":
+        return TaskStatus.RUNNING
+    if phase == "Pending":
+        return TaskStatus.RUNNING if pod.node_name else TaskStatus.PENDING
+    return TaskStatus.UNKNOWN
+
+
+def _resource_table(objects: ClusterObjects) -> ResourceTable:
+    declared: set[str] = set()
+    for node in objects.nodes:
+        declared.update(node.allocatable)
+    extended = {
+        name
+        for name in declared.union(*(p.requests.keys() for p in objects.pods))
+        if ResourceTable.schedulable_resource(name, declared)
+    }
+    return ResourceTable(extended)
+
+
+def _build_queues(objects: ClusterObjects) -> dict[str, QueueInfo]:
+    queues: dict[str, QueueInfo] = {}
+    for q in objects.queues:
+        deserved, limit, weight = queue_arrays(q.resources)
+        queues[q.name] = QueueInfo(
+            name=q.name,
+            parent=q.parent,
+            priority=q.priority,
+            deserved=deserved,
+            limit=limit,
+            over_quota_weight=weight,
+            creation_timestamp=q.creation_timestamp,
+            obj=q,
+            preempt_min_runtime=q.preempt_min_runtime,
+            reclaim_min_runtime=q.reclaim_min_runtime,
+        )
+    for q in queues.values():
+        if q.parent in queues:
+            queues[q.parent].children.append(q.name)
+    for q in queues.values():
+        q.children.sort()
+    return queues
+
+
+def _queue_problem(queue: str | None, queues: dict[str, QueueInfo]) -> str | None:
+    if queue is None:
+        return (
+            "QueueDoesNotExist: the job names no queue (PodGroup spec.queue or pod label "
+            f"{QUEUE_LABEL})"
+        )
+    if queue not in queues:
+        return f"QueueDoesNotExist: queue {queue!r} does not exist"
+    if not queues[queue].is_leaf:
+        return f"queue {queue!r} is not a leaf queue; jobs may only be submitted to leaf queues"
+    return None
+
+
+def _owner_index(others: list[GenericObject]) -> dict[str, dict]:
+    by_uid = {o.uid: o for o in others if o.uid}
+    by_name = {(o.namespace, o.kind, o.name): o for o in others}
+    return {"uid": by_uid, "name": by_name}
+
+
+def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
+    table = state.resources
+    request = table.vector(pod.requests)
+    request[table.index["pods"]] = 1.0
+    fraction = 0.0
+    memory_mib = 0.0
+    raw_fraction = pod.annotations.get(GPU_FRACTION_ANNOTATION)
+    raw_memory = pod.annotations.get(GPU_MEMORY_ANNOTATION)
+    if raw_fraction:
+        try:
+            fraction = float(raw_fraction)
+        except ValueError:
+            fraction = 0.0
+        if not 0 < fraction <= 1:
+            if job is not None:
+                job.invalid_reason = (
+                    f"pod {pod.key}: annotation {GPU_FRACTION_ANNOTATION}={raw_fraction!r} "
+                    "is not a number in (0, 1]"
+                )
+            fraction = 0.0
+    elif raw_memory:
+        try:
+            memory_mib = float(raw_memory)
+        except ValueError:
+            memory_mib = 0.0
+        if memory_mib <= 0 and job is not None:
+            job.invalid_reason = (
+                f"pod {pod.key}: annotation {GPU_MEMORY_ANNOTATION}={raw_memory!r} "
+                "is not a positive number of MiB"
+            )
+    if fraction >= 1.0:  # a whole device is an ordinary GPU request
+        request[GPU] = max(request[GPU], 1.0)
+        fraction = 0.0
+    elif fraction > 0 or memory_mib > 0:
+        request[GPU] = 0.0
+    status = pod_status(pod)
+    node = -1
+    if pod.node_name is not None and status in ON_NODE:
+        node = state.nodes.index.get(pod.node_name, -1)
+        if node < 0:
+            state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
+    gpu_group = None
+    if fraction > 0 or memory_mib > 0:
+        gpu_group = pod.labels.get(GPU_GROUP_LABEL)
+        if gpu_group is None:
+            gpu_group = next(
+                (v for k, v in pod.labels.items() if k.startswith(GPU_GROUP_LABEL + "/")), None
+            )
+        if node >= 0 and gpu_group is None:
+            gpu_group = f"{pod.node_name}/{pod.key}"  # running without a known device
+    return Task(
+        uid=pod.uid or pod.key,
+        name=pod.name,
+        namespace=pod.namespace,
+        job=job,  # type: ignore[arg-type]
+        request=request,
+        status=status,
+        pod=pod,
+        node=node,
+        gpu_fraction=fraction,
+        gpu_memory_mib=memory_mib,
+        gpu_group=gpu_group,
+        creation_timestamp=pod.creation_timestamp,
+    )
+
+
+def _add_foreign(state: ClusterState, pod: PodObject, status: TaskStatus) -> None:
+    task = _make_task(state, pod, None)
+    if task.node >= 0:
+        state.foreign_tasks.append(task)
+    else:
+        state.passive_tasks.append(task)
+
+
+def earliest(stamps: list[datetime | None]) -> datetime | None:
+    present = [s for s in stamps if s is not None]
+    return min(present) if present else None
