@@ -1,0 +1,262 @@
+"""Statements, tier semantics and the plugin API (scalar and batch forms)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+
+import kai
+from kai.api.model import TaskStatus
+from kai.config import SchedulerConfig
+from kai.framework import Plugin, register_plugin
+from kai.framework.session import Session
+from tests.factory import node, pod, queue, run, statuses
+
+NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+
+
+def session(objs, plugins=("predicates", "proportion")):
+    snap = kai.Snapshot.from_objects(objs)
+    config = SchedulerConfig.from_object(None)
+    config.tiers = [[kai.api.objects.PluginOption(p) for p in plugins]]
+    ssn = Session(snap.state(), config, now=NOW)
+    ssn.open(config.build_plugins())
+    return ssn
+
+
+def test_rollback_restores_nodes_tasks_and_queue_accounting():
+    ssn = session(
+        [
+            node("n1", gpus=4),
+            queue("q"),
+            pod("a", gpus=2, queue="q"),
+            pod("b", gpus=1, queue="q", node="n1"),
+        ]
+    )
+    nodes = ssn.nodes
+    idle, releasing = nodes.idle.copy(), nodes.releasing.copy()
+    a = ssn.jobs["default/a"].tasks[0]
+    b = ssn.jobs["default/b"].tasks[0]
+    share = ssn.cache["proportion"].shares["q"]
+    allocated = share.allocated.copy()
+    stmt = ssn.statement()
+    stmt.allocate(a, 0)
+    cp = stmt.checkpoint()
+    stmt.evict(b, "test")
+    assert b.status is TaskStatus.RELEASING and nodes.releasing[0, 2] == 1
+    stmt.rollback(cp)
+    assert b.status is TaskStatus.RUNNING and nodes.releasing[0, 2] == 0
+    assert a.status is TaskStatus.ALLOCATED and nodes.idle[0, 2] == 1
+    stmt.discard()
+    assert a.status is TaskStatus.PENDING and a.node == -1
+    np.testing.assert_array_equal(nodes.idle, idle)
+    np.testing.assert_array_equal(nodes.releasing, releasing)
+    np.testing.assert_array_equal(share.allocated, allocated)
+    assert ssn.decisions == []
+
+
+def test_commit_turns_operations_into_decisions():
+    ssn = session(
+        [
+            node("n1", gpus=4),
+            queue("q"),
+            pod("a", gpus=2, queue="q"),
+            pod("b", gpus=1, queue="q", node="n1"),
+        ]
+    )
+    ssn.current_action = "test"
+    a = ssn.jobs["default/a"].tasks[0]
+    b = ssn.jobs["default/b"].tasks[0]
+    stmt = ssn.statement()
+    stmt.evict(b, "make room")
+    stmt.pipeline(a, 0)
+    stmt.commit()
+    assert [(d.type, d.task.name, d.node) for d in ssn.decisions] == [
+        ("evict", "b", "n1"),
+        ("pipeline", "a", "n1"),
+    ]
+    assert b.status is TaskStatus.RELEASING and a.status is TaskStatus.PIPELINED
+
+
+def test_pipeline_back_onto_the_same_node_unevicts():
+    ssn = session([node("n1", gpus=4), queue("q"), pod("b", gpus=1, queue="q", node="n1")])
+    b = ssn.jobs["default/b"].tasks[0]
+    stmt = ssn.statement()
+    stmt.evict(b, "try")
+    stmt.pipeline(b, 0)
+    assert b.status is TaskStatus.RUNNING and stmt.ops == []
+
+
+def test_order_functions_chain_and_first_decisive_wins():
+    ssn = session([node("n1"), queue("q")])
+    calls = []
+    ssn._current = (0, "first")
+    ssn.add_job_order_fn(lambda a, b: calls.append("first") or 0)
+    ssn._current = (0, "second")
+    ssn.add_job_order_fn(lambda a, b: calls.append("second") or -1)
+    ssn._current = (0, "third")
+    ssn.add_job_order_fn(lambda a, b: calls.append("third") or 1)
+    assert ssn.job_order(object(), object()) == -1
+    assert calls == ["first", "second"]
+
+
+def test_victim_functions_intersect_within_a_tier_and_first_tier_decides():
+    ssn = session([node("n1"), queue("q")])
+    a, b, c = "a", "b", "c"
+    ssn._current = (0, "p1")
+    ssn.add_reclaimable_fn(lambda actor, cands: [a, b])
+    ssn._current = (0, "p2")
+    ssn.add_reclaimable_fn(lambda actor, cands: [b, c])
+    ssn._current = (1, "p3")
+    ssn.add_reclaimable_fn(lambda actor, cands: [c])
+    assert ssn.reclaimable(None, [a, b, c]) == [b]
+    # A tier whose plugins all abstain lets the next tier decide.
+    ssn2 = session([node("n1"), queue("q")])
+    ssn2._current = (0, "p1")
+    ssn2.add_reclaimable_fn(lambda actor, cands: None)
+    ssn2._current = (1, "p2")
+    ssn2.add_reclaimable_fn(lambda actor, cands: [c])
+    assert ssn2.reclaimable(None, [a, b, c]) == [c]
+
+
+def test_node_scores_are_summed_and_predicates_all_must_pass():
+    ssn = session([node("n1"), node("n2"), node("n3"), queue("q"), pod("p", gpus=1, queue="q")])
+    job = ssn.jobs["default/p"]
+    task = job.tasks[0]
+    ssn.add_node_order_fn(lambda t, n: 5.0 if n.name == "n1" else 0.0)
+    ssn.add_batch_node_order_fn(lambda t, j, m: np.array([0.0, 3.0, 3.0]))
+    ssn.add_node_order_fn(lambda t, n: 3.0 if n.name == "n2" else 0.0)
+    result = ssn.filter_nodes(task, job)
+    assert ssn.best_node(task, job, result.mask) == 1  # n2: 6 > n1: 5
+    ssn.add_predicate_fn(lambda t, j, n: "no" if n.name == "n2" else None)
+    result = ssn.filter_nodes(task, job)
+    assert list(result.mask) == [True, False, True]
+    assert ssn.best_node(task, job, result.mask) == 0
+
+
+class _Forbid(Plugin):
+    name = "test-forbid-node"
+    arguments = ("node",)
+
+    def on_session_open(self, ssn):
+        banned = self.args["node"]
+        ssn.add_predicate_fn(lambda t, j, n: f"{n.name} is banned" if n.name == banned else None)
+
+
+register_plugin("test-forbid-node", _Forbid)
+
+
+def test_user_plugin_from_configuration_with_arguments():
+    objs = [
+        node("n1"),
+        node("n2"),
+        queue("q"),
+        pod("busy", gpus=4, node="n1", queue="q"),
+        pod("p", gpus=1, queue="q"),
+    ]
+    config = {
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "nodeplacement"},
+                    {"name": "test-forbid-node", "arguments": {"node": "n1"}},
+                ]
+            }
+        ]
+    }
+    out = run(objs, ["allocate"], config=config)
+    assert statuses(out)["default/p"][1] == "n2"
+
+
+def test_unknown_plugin_and_argument_are_clear_errors():
+    with pytest.raises(kai.ConfigError, match="unknown plugin 'nope'"):
+        run([node("n1")], [], config={"tiers": [{"plugins": [{"name": "nope"}]}]})
+    with pytest.raises(kai.ConfigError, match="unknown argument"):
+        run(
+            [node("n1")],
+            [],
+            config={
+                "tiers": [{"plugins": [{"name": "nodeplacement", "arguments": {"gpux": "spread"}}]}]
+            },
+        )
+    with pytest.raises(kai.ConfigError, match="not one of"):
+        run(
+            [node("n1")],
+            [],
+            config={
+                "tiers": [
+                    {"plugins": [{"name": "nodeplacement", "arguments": {"gpu": "sideways"}}]}
+                ]
+            },
+        )
+    with pytest.raises(kai.ConfigError, match="unknown action"):
+        run([node("n1")], ["allocate", "dance"])
+
+
+def test_spot_instance_example_plugin():
+    spot = {"kai.scheduler/instance-type": "spot"}
+    objs = [
+        node("spot", labels=spot),
+        node("regular"),
+        queue("q"),
+        kai_priority := {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "inference"},
+            "value": 125,
+        },
+        pod("serve", gpus=1, queue="q", priority_class="inference"),
+        pod("train", gpus=1, queue="q"),
+    ]
+    assert kai_priority["value"] == 125
+    config = {
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "spot-instance-manager"},
+                ]
+            }
+        ]
+    }
+    out = run(objs, ["allocate"], config=config)
+    assert statuses(out)["default/serve"][1] == "regular"  # non-preemptible: never spot
+    assert statuses(out)["default/train"][1] == "regular"  # scored higher
+    # Fill the regular node: the preemptible job may go to spot, the other may not.
+    objs.append(pod("hog", gpus=7, queue="q", node="regular"))
+    out = run(objs, ["allocate"], config=config)
+    s = statuses(out)
+    assert "Binding" in (s["default/serve"][0], s["default/train"][0])
+    assert s["default/train"][1] in ("spot", "regular")
+    if s["default/serve"][0] == "Pending":
+        assert s["default/train"][1] == "spot" or s["default/train"][0] == "Binding"
+
+
+def test_namespace_allocation_tracker_example_plugin():
+    snap = kai.Snapshot.from_objects(
+        [
+            node("n1"),
+            queue("q"),
+            pod("a", "ns1", gpus=1, queue="q"),
+            pod("b", "ns2", gpus=1, queue="q"),
+            pod("c", "ns1", gpus=1, queue="q"),
+        ]
+    )
+    config = SchedulerConfig.from_object(None, actions=["allocate"])
+    config.tiers = [
+        [
+            kai.api.objects.PluginOption(n)
+            for n in ("predicates", "proportion", "namespace-allocation-tracker")
+        ]
+    ]
+    ssn = Session(snap.state(), config, now=NOW)
+    ssn.open(config.build_plugins())
+    from kai.actions import get_action
+
+    get_action("allocate")(ssn)
+    assert dict(ssn.cache["namespace-allocation-tracker"]) == {"ns1": 2, "ns2": 1}
