@@ -1,0 +1,116 @@
+"""``kai simulate``: output formats and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from kai.cli import main
+from tests.factory import gang, node, pod, queue
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cluster.yaml"
+
+
+def write(tmp_path: Path, objs, name="cluster.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(objs))
+    return str(path)
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_json_output_is_one_document_with_every_section(tmp_path):
+    path = write(tmp_path, [node("n1"), queue("q"), pod("a", gpus=1, queue="q")])
+    result = invoke("simulate", path, "--now", "2026-11-22T12:00:00Z")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out) == {"decisions", "pods", "podGroups", "queues"}
+    assert out["pods"]["default/a"] == {"status": "Binding", "node": "n1"}
+    assert out["podGroups"]["default/a"]["preemptible"] is True
+    assert out["queues"]["q"]["allocated"] == {"gpu": 1.0, "cpu": 1000.0, "memory": 1e9}
+
+
+def test_the_bundled_example_runs_in_table_mode_with_explain():
+    result = invoke(
+        "simulate", str(EXAMPLE), "--output", "table", "--explain", "--now", "2026-11-22T12:00:00Z"
+    )
+    assert result.exit_code == 0, result.output
+    assert "DECISIONS" in result.output and "WHY PENDING" in result.output
+    assert "QueueDoesNotExist" in result.output
+
+
+def test_explain_in_json_lists_the_reasons(tmp_path):
+    path = write(tmp_path, [node("n1", gpus=8), queue("q"), *gang("big", 2, gpus=8)])
+    out = json.loads(invoke("simulate", path, "--explain").stdout)
+    explain = out["podGroups"]["default/big"]["explain"]
+    assert any("gang" in line and "1 insufficient resources" in line for line in explain)
+
+
+def test_actions_override_and_single_action(tmp_path):
+    path = write(tmp_path, [node("n1"), queue("q"), pod("a", gpus=1, queue="q")])
+    out = json.loads(invoke("simulate", path, "--actions", "backfill").stdout)
+    assert out["pods"]["default/a"]["status"] == "Pending"  # not best-effort
+    assert invoke("simulate", path, "--actions", "allocate").exit_code == 0
+
+
+def test_bad_inputs_exit_2_with_a_message_and_no_traceback(tmp_path):
+    good = write(tmp_path, [node("n1")])
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("kind: Node\n  metadata: [\n")
+    cycle = write(tmp_path, [queue("a", parent="b"), queue("b", parent="a")], "cycle.yaml")
+    orphan = write(tmp_path, [queue("a", parent="ghost")], "orphan.yaml")
+    neg = write(tmp_path, [pod("a", cpu="-1")], "neg.yaml")
+    dup = write(tmp_path, [node("n1"), node("n1")], "dup.yaml")
+    cases = [
+        (("simulate", str(bad_yaml)), "bad.yaml"),
+        (("simulate", cycle), "cycle"),
+        (("simulate", orphan), "ghost"),
+        (("simulate", neg), "requests"),
+        (("simulate", dup), "n1"),
+        (("simulate", good, "--actions", "allocate,teleport"), "teleport"),
+        (("simulate", good, "--now", "yesterday"), "--now"),
+        (("simulate", str(tmp_path / "missing.yaml")), "missing.yaml"),
+        (("simulate", good, "--output", "xml"), "xml"),
+    ]
+    for args, needle in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_config_file_option(tmp_path):
+    path = write(
+        tmp_path,
+        [
+            node("n1"),
+            node("n2"),
+            queue("q"),
+            pod("busy", gpus=4, node="n1", queue="q"),
+            pod("a", gpus=1, queue="q"),
+        ],
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "actions": "allocate",
+                "tiers": [
+                    {
+                        "plugins": [
+                            {"name": "predicates"},
+                            {"name": "proportion"},
+                            {"name": "nodeplacement", "arguments": {"gpu": "spread"}},
+                        ]
+                    }
+                ],
+            }
+        )
+    )
+    out = json.loads(invoke("simulate", path, "--config", str(config)).stdout)
+    assert out["pods"]["default/a"]["node"] == "n2"
