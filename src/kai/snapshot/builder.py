@@ -58,6 +58,7 @@ def build_state(
         )
 
     state = ClusterState(resources=table, nodes=nodes, tasks=[], jobs={}, queues=queues)
+    state.node_metrics = {m.name: m for m in objects.node_metrics}
     pod_groups = {(pg.namespace, pg.name): pg for pg in objects.pod_groups}
     members: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
     missing_group: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
@@ -137,8 +138,9 @@ def build_state(
     for key in sorted(pod_groups):
         pg = pod_groups[key]
         min_member = 1 if pg.min_member is None else pg.min_member
+        # KAI identifies a job by its PodGroup name; it breaks ordering ties.
         make_job(
-            pg.uid or f"{pg.namespace}/{pg.name}",
+            pg.name,
             pg.name,
             pg.namespace,
             pg,
@@ -158,7 +160,8 @@ def build_state(
             f"{POD_GROUP_ANNOTATION} annotation does not exist",
         )
     for pod in sorted(singles, key=lambda p: (p.namespace, p.name)):
-        make_job(pod.uid or pod.key, pod.name, pod.namespace, None, [pod], 1)
+        # Named like the PodGroup KAI's pod grouper would create for it.
+        make_job(f"pg-{pod.name}-{pod.uid}", pod.name, pod.namespace, None, [pod], 1)
 
     for task in state.tasks + state.foreign_tasks:
         if task.node >= 0:
