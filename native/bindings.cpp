@@ -22,6 +22,8 @@
 #include "kai/common.hpp"
 #include "kai/fairshare.hpp"
 #include "kai/fit.hpp"
+#include "kai/loadaware.hpp"
+#include "kai/solver.hpp"
 #include "kai/score.hpp"
 
 #ifndef KAI_VERSION_INFO
@@ -191,6 +193,92 @@ py::array_t<double> divide_fair_share(double total, const F64& deserved, const F
   return out;
 }
 
+// ----------------------------------------------------------------------------- loadaware
+
+void require_matrix(const I64& a, std::size_t n, std::size_t r, const char* name) {
+  require_ndim(a, 2, name);
+  if (static_cast<std::size_t>(a.shape(0)) != n || static_cast<std::size_t>(a.shape(1)) != r) {
+    throw py::value_error(std::string(name) + ": expected shape (" + std::to_string(n) + ", " +
+                          std::to_string(r) + ")");
+  }
+}
+
+py::tuple loadaware_filter(const I64& existing, const I64& incoming, const I64& allocatable,
+                           const I64& thresholds, const I64& state) {
+  const std::size_t r = vector_len(incoming, "incoming");
+  require_ndim(existing, 2, "existing");
+  const auto n = static_cast<std::size_t>(existing.shape(0));
+  require_matrix(existing, n, r, "existing");
+  require_matrix(allocatable, n, r, "allocatable");
+  require_matrix(thresholds, n, r, "thresholds");
+  require_len(state, n, "state");
+  py::array_t<bool> mask(static_cast<py::ssize_t>(n));
+  py::array_t<std::int64_t> code(static_cast<py::ssize_t>(n));
+  const std::int64_t* ex = existing.data();
+  const std::int64_t* inc = incoming.data();
+  const std::int64_t* al = allocatable.data();
+  const std::int64_t* th = thresholds.data();
+  const std::int64_t* st = state.data();
+  bool* m = mask.mutable_data();
+  std::int64_t* c = code.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    kai::loadaware::filter(ex, inc, al, th, st, n, r, m, c);
+  }
+  return py::make_tuple(mask, code);
+}
+
+py::array_t<std::int64_t> loadaware_score(const I64& existing, const I64& incoming,
+                                          const I64& allocatable, const I64& weights,
+                                          std::int64_t dominant_weight, const Bool& valid) {
+  const std::size_t r = vector_len(incoming, "incoming");
+  require_ndim(existing, 2, "existing");
+  const auto n = static_cast<std::size_t>(existing.shape(0));
+  require_matrix(existing, n, r, "existing");
+  require_matrix(allocatable, n, r, "allocatable");
+  require_len(weights, r, "weights");
+  require_len(valid, n, "valid");
+  py::array_t<std::int64_t> out(static_cast<py::ssize_t>(n));
+  const std::int64_t* ex = existing.data();
+  const std::int64_t* inc = incoming.data();
+  const std::int64_t* al = allocatable.data();
+  const std::int64_t* w = weights.data();
+  const bool* v = valid.data();
+  std::int64_t* o = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    kai::loadaware::score(ex, inc, al, w, dominant_weight, v, n, r, o);
+  }
+  return out;
+}
+
+// -------------------------------------------------------------------------------- solver
+
+bool idle_gpus_fit(const F64& capacity, const F64& requests) {
+  const std::size_t n = vector_len(capacity, "capacity");
+  const std::size_t k = vector_len(requests, "requests");
+  const double* c = capacity.data();
+  const double* q = requests.data();
+  py::gil_scoped_release nogil;
+  return kai::solver::idle_gpus_fit(c, n, q, k);
+}
+
+bool scenario_fit(const F64& available, const F64& requests, std::size_t gpu_column) {
+  require_ndim(available, 2, "available");
+  require_ndim(requests, 2, "requests");
+  const auto r = static_cast<std::size_t>(requests.shape(1));
+  if (static_cast<std::size_t>(available.shape(1)) != r) {
+    throw py::value_error("available: expected " + std::to_string(r) + " resource columns");
+  }
+  if (gpu_column >= r) throw py::value_error("gpu_column out of range");
+  const auto n = static_cast<std::size_t>(available.shape(0));
+  const auto t = static_cast<std::size_t>(requests.shape(0));
+  const double* a = available.data();
+  const double* q = requests.data();
+  py::gil_scoped_release nogil;
+  return kai::solver::scenario_fit(a, n, r, q, t, gpu_column);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -219,4 +307,18 @@ PYBIND11_MODULE(_native, m) {
         py::arg("limit"), py::arg("weight"), py::arg("request"), py::arg("priority"),
         py::arg("rank"), py::arg("k_value"), py::arg("usage"),
         "KAI proportion plugin: divide one resource among sibling queues.");
+
+  // loadaware
+  m.def("loadaware_filter", &loadaware_filter, py::arg("existing"), py::arg("incoming"),
+        py::arg("allocatable"), py::arg("thresholds"), py::arg("state"),
+        "Koordinator load-aware usage-threshold filter: (mask, first failing resource).");
+  m.def("loadaware_score", &loadaware_score, py::arg("existing"), py::arg("incoming"),
+        py::arg("allocatable"), py::arg("weights"), py::arg("dominant_weight"),
+        py::arg("valid"), "Koordinator load-aware least-used score (0..100) per node.");
+
+  // solver
+  m.def("idle_gpus_fit", &idle_gpus_fit, py::arg("capacity"), py::arg("requests"),
+        "AccumulatedIdleGpus: greedy match of GPU needs to the top-k nodes by capacity.");
+  m.def("scenario_fit", &scenario_fit, py::arg("available"), py::arg("requests"),
+        py::arg("gpu_column"), "Greedy per-node fit of a scenario's pending tasks.");
 }

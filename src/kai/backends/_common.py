@@ -26,6 +26,12 @@ KERNELS: tuple[str, ...] = (
     # fairshare
     "dominant_share",
     "divide_fair_share",
+    # loadaware
+    "loadaware_filter",
+    "loadaware_score",
+    # solver
+    "idle_gpus_fit",
+    "scenario_fit",
 )
 
 F64 = np.ndarray
@@ -62,6 +68,24 @@ class Backend(Protocol):
         k_value: float,
         usage: F64,
     ) -> F64: ...
+
+    def loadaware_filter(
+        self, existing: I64, incoming: I64, allocatable: I64, thresholds: I64, state: I64
+    ) -> tuple[BoolArray, I64]: ...
+
+    def loadaware_score(
+        self,
+        existing: I64,
+        incoming: I64,
+        allocatable: I64,
+        weights: I64,
+        dominant_weight: int,
+        valid: BoolArray,
+    ) -> I64: ...
+
+    def idle_gpus_fit(self, capacity: F64, requests: F64) -> bool: ...
+
+    def scenario_fit(self, available: F64, requests: F64) -> bool: ...
 
 
 class KernelSet:
@@ -183,3 +207,71 @@ def prep_fair_share(
         float(k_value),
         f64_1d_len(usage, "usage", q),
     )
+
+
+# loadaware: node usage matrices are int64 (cpu millicores, other resources in units).
+#: ``state`` values of :func:`loadaware_filter`: check the thresholds, pass, or reject
+#: (the node's NodeMetric expired).
+LA_CHECK, LA_PASS, LA_EXPIRED = 0, 1, 2
+#: Codes returned by :func:`loadaware_filter` besides a resource index.
+LA_CODE_PASS, LA_CODE_EXPIRED = -1, -2
+
+
+def i64_2d(x: Any, name: str, ncols: int) -> I64:
+    a = np.ascontiguousarray(x, dtype=np.int64)
+    if a.ndim == 1 and a.size == 0:
+        a = a.reshape(0, ncols)
+    if a.ndim != 2 or a.shape[1] != ncols:
+        raise ValueError(f"{name}: expected shape (N, {ncols}), got {a.shape}")
+    return a
+
+
+def prep_loadaware_filter(
+    existing: Any, incoming: Any, allocatable: Any, thresholds: Any, state: Any
+) -> tuple[I64, I64, I64, I64, I64]:
+    inc = np.ascontiguousarray(incoming, dtype=np.int64)
+    if inc.ndim != 1:
+        raise ValueError(f"incoming: expected a 1-d array, got shape {inc.shape}")
+    r = inc.shape[0]
+    ex = i64_2d(existing, "existing", r)
+    n = ex.shape[0]
+    al = i64_2d(allocatable, "allocatable", r)
+    th = i64_2d(thresholds, "thresholds", r)
+    for a, nm in ((al, "allocatable"), (th, "thresholds")):
+        if a.shape[0] != n:
+            raise ValueError(f"{nm}: expected {n} rows, got {a.shape[0]}")
+    return ex, inc, al, th, i64_1d(state, "state", n)
+
+
+def prep_loadaware_score(
+    existing: Any, incoming: Any, allocatable: Any, weights: Any, dominant_weight: Any, valid: Any
+) -> tuple[I64, I64, I64, I64, int, BoolArray]:
+    inc = np.ascontiguousarray(incoming, dtype=np.int64)
+    if inc.ndim != 1:
+        raise ValueError(f"incoming: expected a 1-d array, got shape {inc.shape}")
+    r = inc.shape[0]
+    ex = i64_2d(existing, "existing", r)
+    n = ex.shape[0]
+    al = i64_2d(allocatable, "allocatable", r)
+    if al.shape[0] != n:
+        raise ValueError(f"allocatable: expected {n} rows, got {al.shape[0]}")
+    w = i64_1d(weights, "weights", r)
+    return ex, inc, al, w, int(dominant_weight), bool_1d(valid, "valid", n)
+
+
+# solver: capacity checks of the victim search (GPU is column 2 of resource vectors).
+SOLVER_GPU_COLUMN = 2
+
+
+def prep_idle_gpus_fit(capacity: Any, requests: Any) -> tuple[F64, F64]:
+    return f64_1d(capacity, "capacity"), f64_1d(requests, "requests")
+
+
+def prep_scenario_fit(available: Any, requests: Any) -> tuple[F64, F64]:
+    req = np.ascontiguousarray(requests, dtype=np.float64)
+    if req.ndim != 2:
+        raise ValueError(f"requests: expected a 2-d array, got shape {req.shape}")
+    r = req.shape[1]
+    if r <= SOLVER_GPU_COLUMN:
+        raise ValueError(f"requests: expected more than {SOLVER_GPU_COLUMN} resource columns")
+    return f64_2d(available, "available", r), req

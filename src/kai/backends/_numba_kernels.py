@@ -245,3 +245,134 @@ def _before(a, b, remainder, rank):  # pragma: no cover - compiled
     if rank[a] != rank[b]:
         return rank[a] < rank[b]
     return a < b
+
+
+# ----------------------------------------------------------------------------- loadaware
+
+
+@njit(cache=True)
+def _go_round(x):  # pragma: no cover - compiled
+    t = np.trunc(x)
+    if abs(x - t) >= 0.5:
+        return t + (1.0 if x >= 0.0 else -1.0)
+    return t
+
+
+@njit(cache=True)
+def loadaware_filter(existing, incoming, allocatable, thresholds, state):  # pragma: no cover
+    n, r = existing.shape
+    mask = np.empty(n, dtype=np.bool_)
+    code = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        if state[i] == 1:
+            mask[i] = True
+            continue
+        if state[i] == 2:
+            mask[i] = False
+            code[i] = -2
+            continue
+        for j in range(r):
+            thr = thresholds[i, j]
+            total = allocatable[i, j]
+            if thr == 0 or total == 0:
+                continue
+            used = existing[i, j] + incoming[j]
+            usage = _go_round(float(used) / float(total) * 100.0)
+            if usage > float(thr):
+                code[i] = j
+                break
+        mask[i] = code[i] == -1
+    return mask, code
+
+
+@njit(cache=True)
+def loadaware_score(existing, incoming, allocatable, weights, dominant, valid):  # pragma: no cover
+    n, r = existing.shape
+    out = np.zeros(n, dtype=np.int64)
+    den = dominant
+    for j in range(r):
+        den += weights[j]
+    if den <= 0 or r == 0:
+        return out
+    for i in range(n):
+        if not valid[i]:
+            continue
+        total = 0
+        lowest = 0
+        for j in range(r):
+            cap = allocatable[i, j]
+            used = existing[i, j] + incoming[j]
+            s = 0
+            if cap != 0 and used <= cap:
+                s = (cap - used) * 100 // cap
+            total += weights[j] * s
+            if j == 0 or s < lowest:
+                lowest = s
+        if dominant > 0:
+            total += dominant * lowest
+        out[i] = total // den
+    return out
+
+
+# ------------------------------------------------------------------------------- solver
+
+
+@njit(cache=True)
+def idle_gpus_fit(capacity, requests, eps):  # pragma: no cover - compiled
+    k = requests.shape[0]
+    if k == 0:
+        return True
+    order = np.argsort(-capacity, kind="mergesort")[:k]
+    remaining = np.empty(order.shape[0], dtype=np.float64)
+    for j in range(order.shape[0]):
+        remaining[j] = capacity[order[j]]
+    req = np.sort(requests)[::-1]
+    for i in range(k):
+        r = req[i]
+        if not r > 0.0:
+            return True
+        placed = False
+        for j in range(remaining.shape[0]):
+            if r <= remaining[j] + eps:
+                remaining[j] = remaining[j] - r
+                placed = True
+                break
+        if not placed:
+            return False
+    return True
+
+
+@njit(cache=True)
+def scenario_fit(available, requests, gpu, eps):  # pragma: no cover - compiled
+    t_count, r_count = requests.shape
+    n = available.shape[0]
+    if t_count == 0:
+        return True
+    if n == 0:
+        return False
+    tasks = np.argsort(-requests[:, gpu], kind="mergesort")
+    nodes = np.argsort(-available[:, gpu], kind="mergesort")
+    work = np.empty((n, r_count), dtype=np.float64)
+    for j in range(n):
+        for r in range(r_count):
+            work[j, r] = available[nodes[j], r]
+    for ti in range(t_count):
+        t = tasks[ti]
+        placed = False
+        for j in range(n):
+            fits = True
+            for r in range(r_count):
+                q = requests[t, r]
+                if q == 0.0:
+                    continue
+                if not (q <= work[j, r] + eps):
+                    fits = False
+                    break
+            if fits:
+                for r in range(r_count):
+                    work[j, r] = work[j, r] - requests[t, r]
+                placed = True
+                break
+        if not placed:
+            return False
+    return True

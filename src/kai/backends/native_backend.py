@@ -18,6 +18,8 @@ from kai.backends._common import (
     prep_dominant_share,
     prep_fair_share,
     prep_fit_mask,
+    prep_loadaware_filter,
+    prep_loadaware_score,
     prep_scores_mask,
     prep_spread,
 )
@@ -63,3 +65,32 @@ def divide_fair_share(
     return _native.divide_fair_share(
         *prep_fair_share(total, deserved, limit, weight, request, priority, rank, k_value, usage)
     )
+
+
+def loadaware_filter(
+    existing: Any, incoming: Any, allocatable: Any, thresholds: Any, state: Any
+) -> tuple[BoolArray, I64]:
+    return _native.loadaware_filter(
+        *prep_loadaware_filter(existing, incoming, allocatable, thresholds, state)
+    )
+
+
+def loadaware_score(
+    existing: Any, incoming: Any, allocatable: Any, weights: Any, dominant_weight: Any, valid: Any
+) -> I64:
+    return _native.loadaware_score(
+        *prep_loadaware_score(existing, incoming, allocatable, weights, dominant_weight, valid)
+    )
+
+
+def idle_gpus_fit(capacity: Any, requests: Any) -> bool:
+    from kai.backends._common import prep_idle_gpus_fit
+
+    return bool(_native.idle_gpus_fit(*prep_idle_gpus_fit(capacity, requests)))
+
+
+def scenario_fit(available: Any, requests: Any) -> bool:
+    from kai.backends._common import SOLVER_GPU_COLUMN, prep_scenario_fit
+
+    avail, req = prep_scenario_fit(available, requests)
+    return bool(_native.scenario_fit(avail, req, SOLVER_GPU_COLUMN))

@@ -20,6 +20,8 @@ from kai.backends._common import (
     prep_dominant_share,
     prep_fair_share,
     prep_fit_mask,
+    prep_loadaware_filter,
+    prep_loadaware_score,
     prep_scores_mask,
     prep_spread,
 )
@@ -72,3 +74,32 @@ def divide_fair_share(
     return _kernels().divide_fair_share(
         *prep_fair_share(total, deserved, limit, weight, request, priority, rank, k_value, usage)
     )
+
+
+def loadaware_filter(
+    existing: Any, incoming: Any, allocatable: Any, thresholds: Any, state: Any
+) -> tuple[BoolArray, I64]:
+    return _kernels().loadaware_filter(
+        *prep_loadaware_filter(existing, incoming, allocatable, thresholds, state)
+    )
+
+
+def loadaware_score(
+    existing: Any, incoming: Any, allocatable: Any, weights: Any, dominant_weight: Any, valid: Any
+) -> I64:
+    return _kernels().loadaware_score(
+        *prep_loadaware_score(existing, incoming, allocatable, weights, dominant_weight, valid)
+    )
+
+
+def idle_gpus_fit(capacity: Any, requests: Any) -> bool:
+    from kai.backends._common import prep_idle_gpus_fit
+
+    return bool(_kernels().idle_gpus_fit(*prep_idle_gpus_fit(capacity, requests), EPS))
+
+
+def scenario_fit(available: Any, requests: Any) -> bool:
+    from kai.backends._common import SOLVER_GPU_COLUMN, prep_scenario_fit
+
+    avail, req = prep_scenario_fit(available, requests)
+    return bool(_kernels().scenario_fit(avail, req, SOLVER_GPU_COLUMN, EPS))

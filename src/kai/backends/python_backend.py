@@ -22,6 +22,8 @@ from kai.backends._common import (
     prep_dominant_share,
     prep_fair_share,
     prep_fit_mask,
+    prep_loadaware_filter,
+    prep_loadaware_score,
     prep_scores_mask,
     prep_spread,
 )
@@ -240,3 +242,135 @@ def _max(a: float, b: float) -> float:
 
 def _floor(x: float) -> float:
     return float(math.floor(x)) if math.isfinite(x) else x
+
+
+# ----------------------------------------------------------------------------- loadaware
+
+
+def _go_round(x: np.ndarray) -> np.ndarray:
+    """Go's ``math.Round``: halves away from zero (exact: the fraction is computed exactly)."""
+    t = np.trunc(x)
+    return np.where(np.abs(x - t) >= 0.5, t + np.copysign(1.0, x), t)
+
+
+def loadaware_filter(
+    existing: Any, incoming: Any, allocatable: Any, thresholds: Any, state: Any
+) -> tuple[BoolArray, I64]:
+    """Koordinator LoadAwareScheduling filter of one pod against all nodes.
+
+    ``E = existing[n] + incoming``; for each resource r (in column order) with
+    ``thresholds[n, r] != 0`` and ``allocatable[n, r] != 0``, the usage
+    ``round(float(E) / float(A) * 100)`` (Go ``math.Round``) must not exceed the threshold.
+    ``state[n]``: 0 check, 1 pass, 2 reject (expired metric).  Returns ``(mask, code)``
+    with code -1 for a passing node, -2 for an expired one, else the first failing r.
+    """
+    ex, inc, alloc, thr, st = prep_loadaware_filter(
+        existing, incoming, allocatable, thresholds, state
+    )
+    n, r = ex.shape
+    code = np.full(n, -1, dtype=np.int64)
+    if n and r:
+        used = (ex + inc).astype(np.float64)
+        total = alloc.astype(np.float64)
+        active = (thr != 0) & (alloc != 0)
+        ratio = np.zeros_like(used)
+        np.divide(used, total, out=ratio, where=active)
+        usage = _go_round(ratio * 100.0)
+        fail = active & (usage > thr.astype(np.float64))
+        first = np.argmax(fail, axis=1)
+        any_fail = fail.any(axis=1)
+        code[any_fail] = first[any_fail]
+    code[st == 1] = -1
+    code[st == 2] = -2
+    return code == -1, code
+
+
+def loadaware_score(
+    existing: Any,
+    incoming: Any,
+    allocatable: Any,
+    weights: Any,
+    dominant_weight: Any,
+    valid: Any,
+) -> I64:
+    """Koordinator LoadAwareScheduling score (0..100, int64) of one pod on every node.
+
+    ``s_r = (A - E) * 100 // A`` (0 where ``A == 0`` or ``E > A``);
+    ``score = (sum w_r s_r + D * min_r s_r) // (sum w_r + D)``, 0 where the denominator
+    is not positive or ``valid`` is false.
+    """
+    ex, inc, alloc, w, dom, ok = prep_loadaware_score(
+        existing, incoming, allocatable, weights, dominant_weight, valid
+    )
+    n, r = ex.shape
+    out = np.zeros(n, dtype=np.int64)
+    den = int(w.sum()) + dom
+    if n == 0 or r == 0 or den <= 0:
+        return out
+    used = ex + inc
+    zero = (alloc == 0) | (used > alloc)
+    safe = np.where(zero, 1, alloc)
+    s = np.where(zero, 0, (alloc - used) * 100 // safe)
+    total = (s * w).sum(axis=1)
+    if dom > 0:
+        total = total + dom * s.min(axis=1)
+    out[:] = total // den
+    out[~ok] = 0
+    return out
+
+
+# ------------------------------------------------------------------------------- solver
+
+
+def idle_gpus_fit(capacity: Any, requests: Any) -> bool:
+    """AccumulatedIdleGpus: match GPU needs (largest first) to the top-k nodes by capacity.
+
+    Only the k = len(requests) nodes with the most capacity take part (ties: smaller
+    index), largest first; each need goes to the first of them that still covers it.  A
+    need of 0 ends the check successfully.
+    """
+    from kai.backends._common import prep_idle_gpus_fit
+
+    cap, req = prep_idle_gpus_fit(capacity, requests)
+    k = req.shape[0]
+    if k == 0:
+        return True
+    order = np.argsort(-cap, kind="stable")[:k]
+    remaining = [float(cap[i]) for i in order]
+    for r in sorted((float(x) for x in req), reverse=True):
+        if not r > 0.0:
+            return True
+        for j, rem in enumerate(remaining):
+            if r <= rem + EPS:
+                remaining[j] = rem - r
+                break
+        else:
+            return False
+    return True
+
+
+def scenario_fit(available: Any, requests: Any) -> bool:
+    """Greedy per-node fit: tasks by GPU need descending onto nodes by free GPUs descending.
+
+    Each task takes the first node where every requested resource fits
+    (request <= available + EPS); that node is charged.  True if every task found one.
+    """
+    from kai.backends._common import SOLVER_GPU_COLUMN, prep_scenario_fit
+
+    avail, req = prep_scenario_fit(available, requests)
+    if req.shape[0] == 0:
+        return True
+    if avail.shape[0] == 0:
+        return False
+    g = SOLVER_GPU_COLUMN
+    tasks = np.argsort(-req[:, g], kind="stable")
+    nodes = np.argsort(-avail[:, g], kind="stable")
+    work = avail[nodes].copy()
+    for t in tasks:
+        row = req[t]
+        ok = np.all((row == 0.0) | (row <= work + EPS), axis=1)
+        hit = np.flatnonzero(ok)
+        if hit.size == 0:
+            return False
+        work[hit[0]] -= row
+    return True
