@@ -85,8 +85,13 @@ def test_pipeline_back_onto_the_same_node_unevicts():
     b = ssn.jobs["default/b"].tasks[0]
     stmt = ssn.statement()
     stmt.evict(b, "try")
+    cp = stmt.checkpoint()
     stmt.pipeline(b, 0)
-    assert b.status is TaskStatus.RUNNING and stmt.ops == []
+    assert b.status is TaskStatus.RUNNING and not stmt.evicted_tasks()
+    stmt.rollback(cp)  # rolling back past the un-evict evicts the task again
+    assert b.status is TaskStatus.RELEASING and stmt.evicted_tasks() == [b]
+    stmt.pipeline(b, 0)
+    assert stmt.commit() == []  # an eviction undone in the statement never leaves it
 
 
 def test_order_functions_chain_and_first_decisive_wins():

@@ -29,6 +29,9 @@ class _Op:
     prev_group: str | None
     prev_virtual: bool
     reason: str | None = None
+    # An evict op undone by a later "unevict" op (which refers to it by ``ref``).
+    undone: bool = False
+    ref: _Op | None = None
 
 
 class Statement:
@@ -92,12 +95,25 @@ class Statement:
         self.ssn.fire_deallocate(task)
 
     def unevict(self, task: Task) -> None:
-        """Put back a task this statement evicted (same node, same device)."""
+        """Put back a task this statement evicted (same node, same device).
+
+        Recorded as an ``unevict`` op so that a rollback past it evicts the task again.
+        """
         for i in range(len(self.ops) - 1, -1, -1):
             op = self.ops[i]
-            if op.task is task and op.kind == "evict":
+            if op.task is task and op.kind == "evict" and not op.undone:
                 self._undo(op)
-                del self.ops[i]
+                op.undone = True
+                undo = _Op(
+                    "unevict",
+                    task,
+                    task.status,
+                    task.node,
+                    task.gpu_group,
+                    task.virtually_evicted,
+                    ref=op,
+                )
+                self.ops.append(undo)
                 return
         raise ValueError(f"{task.key} was not evicted by this statement")
 
@@ -114,6 +130,15 @@ class Statement:
 
     def _undo(self, op: _Op) -> None:
         task = op.task
+        if op.kind == "unevict":
+            assert op.ref is not None
+            op.ref.undone = False
+            self._detach(task)
+            task.status = TaskStatus.RELEASING
+            task.virtually_evicted = True
+            self._attach(task)
+            self.ssn.fire_deallocate(task)
+            return
         self._detach(task)
         task.status = op.prev_status
         task.node = op.prev_node
@@ -139,7 +164,7 @@ class Statement:
         return any(op.kind == "pipeline" and op.task in tasks for op in self.ops)
 
     def evicted_tasks(self) -> list[Task]:
-        return [op.task for op in self.ops if op.kind == "evict"]
+        return [op.task for op in self.ops if op.kind == "evict" and not op.undone]
 
     def commit(self) -> list[Decision]:
         """Make the operations final and return the decisions they produce."""
@@ -148,6 +173,8 @@ class Statement:
         nodes = ssn.nodes
         for op in self.ops:
             task = op.task
+            if op.kind == "unevict" or (op.kind == "evict" and op.undone):
+                continue
             if op.kind == "evict":
                 node = nodes.names[op.prev_node] if op.prev_node >= 0 else None
                 out.append(Decision(ssn.current_action, "evict", task, node, reason=op.reason))

@@ -1,33 +1,228 @@
-"""Reclaim rules of the proportion plugin (who may reclaim, and from whom)."""
+"""Reclaim rules of the proportion plugin: who may reclaim, from whom, and which
+victim sets are acceptable.
+
+* ``can_reclaim``: the reclaimer's queue stays within its fair share with the job (and,
+  for a non-preemptible job, its non-preemptible usage within quota).
+* Leveled queues: reclaimer and reclaimee are compared at the level where their paths
+  from the root part (siblings under their lowest common ancestor).
+* ``filter_victim`` (pre-filter of candidate jobs) and the strategies: a victim chunk
+  may be taken if the reclaimee stays over its fair share (*maintain fair share*), or
+  the reclaimer stays within its quota while the reclaimee stays over its quota
+  (*guarantee deserved quota*).
+* ``reclaimable`` (scenario validator), on the queue state cloned when the solution
+  search of the job starts: every chunk of every victim is checked against what the
+  reclaimee queue would still hold, then subtracted up the tree; finally the reclaimer
+  must not end up more saturated (allocated / fair share, times the multiplier) than a
+  sibling it took from.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kai.api.model import Job
+from kai.api.model import QUEUE_RESOURCES, Job, Task
 
 if TYPE_CHECKING:
     from kai.framework import Session
-    from kai.plugins.proportion import ProportionPlugin
+    from kai.plugins.proportion import ProportionPlugin, QueueShare
+
+UNLIMITED = -1.0
+EPS = 1e-9
 
 
-def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:
-    from kai.actions.common import tasks_to_allocate
-    from kai.plugins.proportion import UNLIMITED
+def _le(value: np.ndarray, bound: np.ndarray) -> bool:
+    """value <= bound in every resource, -1 bounds being unlimited."""
+    return bool(np.all((bound == UNLIMITED) | (value <= bound + EPS)))
 
-    def can_reclaim(job: Job) -> bool:
-        """The reclaimer's queue stays within its fair share (and quota if non-preemptible)."""
-        share = plugin.shares.get(job.queue or "")
+
+def fits_maintain_fair_share(reclaimee: QueueShare, remaining: np.ndarray) -> bool:
+    """The reclaimee would still hold more than its allocatable share somewhere."""
+    return not _le(remaining, reclaimee.allocatable_share())
+
+
+def reclaimer_fits_deserved(reclaimer: QueueShare, request: np.ndarray) -> bool:
+    return _le(reclaimer.allocated + request, reclaimer.deserved)
+
+
+def reclaimee_exceeds_deserved(reclaimee: QueueShare, remaining: np.ndarray) -> bool:
+    return not _le(remaining, reclaimee.deserved)
+
+
+def fits_strategy(
+    request: np.ndarray, reclaimer: QueueShare, reclaimee: QueueShare, remaining: np.ndarray
+) -> bool:
+    if fits_maintain_fair_share(reclaimee, remaining):
+        return True
+    return reclaimer_fits_deserved(reclaimer, request) and reclaimee_exceeds_deserved(
+        reclaimee, remaining
+    )
+
+
+def saturation(allocated: float, fair_share: float) -> float:
+    if fair_share == 0:
+        return float("inf") if allocated > 0 else 0.0
+    if fair_share == UNLIMITED:
+        return 0.0
+    return allocated / fair_share
+
+
+def _involved(vectors: list[np.ndarray]) -> set[int]:
+    out: set[int] = set()
+    for vec in vectors:
+        out.update(int(r) for r in np.flatnonzero(vec > 0))
+    return out
+
+
+class ReclaimRules:
+    def __init__(self, plugin: ProportionPlugin, ssn: Session) -> None:
+        self.plugin = plugin
+        self.ssn = ssn
+        self.multiplier = plugin.saturation_multiplier
+        # Queue state as it was when the current job's solution search started.
+        self.frozen: dict[str, QueueShare] | None = None
+
+    # ----------------------------------------------------------------- helpers
+    def _shares(self) -> dict[str, QueueShare]:
+        return self.frozen if self.frozen is not None else self.plugin.shares
+
+    def request(self, job: Job) -> np.ndarray:
+        from kai.actions.common import tasks_to_allocate
+
+        return self.plugin.request_of(tasks_to_allocate(self.ssn, job))
+
+    def path(self, shares: dict[str, QueueShare], queue: str) -> list[str]:
+        out: list[str] = []
+        current: str | None = queue
+        while current is not None and current in shares and current not in out:
+            out.append(current)
+            current = shares[current].parent
+        out.reverse()
+        return out
+
+    def leveled(
+        self, shares: dict[str, QueueShare], reclaimer: str, reclaimee: str
+    ) -> tuple[str | None, str | None]:
+        a, b = self.path(shares, reclaimer), self.path(shares, reclaimee)
+        left = right = None
+        for x, y in zip(a, b):
+            left, right = x, y
+            if x != y:
+                break
+        return left, right
+
+    # ------------------------------------------------------- extension points
+    def on_job_solution_start(self) -> None:
+        self.frozen = {name: share.clone() for name, share in self.plugin.shares.items()}
+
+    def can_reclaim(self, job: Job) -> bool:
+        share = self.plugin.shares.get(job.queue or "")
         if share is None:
             return False
-        request = plugin.request_of(tasks_to_allocate(ssn, job))
-        within = (share.allocated + request <= share.fair_share + 1e-9) | (
+        request = self.request(job)
+        within = (share.allocated + request <= share.fair_share + EPS) | (
             share.fair_share == UNLIMITED
         )
         if not np.all(within):
             return False
-        return plugin.non_preemptible_over_quota(job, tasks_to_allocate(ssn, job)) is None
+        if job.preemptible:
+            return True
+        return _le(share.allocated_non_preemptible + request, share.deserved)
 
-    ssn.add_can_reclaim_resources_fn(can_reclaim)
+    def filter_victim(self, reclaimer: Job, victim: Job) -> bool:
+        shares = self.plugin.shares
+        if reclaimer.queue not in shares or victim.queue not in shares:
+            return True
+        lr, lv = self.leveled(shares, reclaimer.queue, victim.queue)
+        if lr is None or lv is None:
+            return True
+        r_share, v_share = shares[lr], shares[lv]
+        request = self.request(reclaimer)
+        if not reclaimer_fits_deserved(r_share, request):
+            return fits_maintain_fair_share(v_share, v_share.allocated)
+        under = False
+        for r in range(len(QUEUE_RESOURCES)):
+            if request[r] <= 0 or v_share.deserved[r] == UNLIMITED:
+                continue
+            if v_share.allocated[r] > v_share.deserved[r] + EPS:
+                return True
+            if v_share.allocated[r] < v_share.deserved[r] - EPS:
+                under = True
+        return not under
+
+    def chunks(self, job: Job, tasks: list[Task]) -> list[np.ndarray]:
+        """Victim pods beyond minMember one chunk each (newest first), the core one chunk."""
+        from kai.plugins.proportion import queue_vector
+
+        ordered = self.ssn.sorted_tasks(tasks)
+        core = min(job.min_member, len(ordered))
+        out = [queue_vector(self.ssn, t) for t in reversed(ordered[core:])]
+        if core:
+            out.append(sum((queue_vector(self.ssn, t) for t in ordered[:core]), np.zeros(3)))
+        return out
+
+    def reclaimable(self, pending: Job, victim_jobs: list[Job], victim_tasks: list[Task]) -> bool:
+        shares = self._shares()
+        if pending.queue not in shares:
+            return False
+        request = self.request(pending)
+        by_job: dict[Job, list[Task]] = defaultdict(list)
+        for task in victim_tasks:
+            by_job[task.job].append(task)
+        by_queue: dict[str, list[np.ndarray]] = defaultdict(list)
+        for job in sorted(by_job, key=lambda j: j.key):
+            if job.queue in shares:
+                by_queue[job.queue].extend(self.chunks(job, by_job[job]))
+        remaining: dict[str, np.ndarray] = {}
+        involved: dict[str, set[int]] = {}
+        for vq in sorted(by_queue):
+            chunks = by_queue[vq]
+            lr, lv = self.leveled(shares, pending.queue, vq)
+            if lr is None or lv is None:
+                continue
+            involved[vq] = _involved(chunks)
+            if lv not in remaining:
+                remaining[lv] = shares[lv].allocated.copy()
+            for chunk in chunks:
+                if not fits_strategy(request, shares[lr], shares[lv], remaining[lv]):
+                    return False
+                for name in reversed(self.path(shares, vq)):
+                    if name not in remaining:
+                        remaining[name] = shares[name].allocated.copy()
+                    remaining[name] -= chunk
+                    involved.setdefault(name, set()).update(involved[vq])
+        requested = _involved([request])
+        for name in reversed(self.path(shares, pending.queue)):
+            share = shares[name]
+            mine = remaining.get(name, share.allocated) + request
+            for sib_name, sib_remaining in remaining.items():
+                sib = shares[sib_name]
+                if sib.parent != share.parent or sib_name == name:
+                    continue
+                for r in involved.get(sib_name, set()) | requested:
+                    mf, sf = share.fair_share[r], sib.fair_share[r]
+                    if mf == UNLIMITED and sf == UNLIMITED:
+                        continue
+                    ratio = saturation(mine[r], mf)
+                    if (
+                        ratio > 1
+                        and sf > 0
+                        and ratio * self.multiplier >= saturation(sib_remaining[r], sf)
+                    ):
+                        return False
+            if not pending.preemptible and not _le(
+                share.allocated_non_preemptible + request, share.deserved
+            ):
+                return False
+        return True
+
+
+def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:
+    rules = ReclaimRules(plugin, ssn)
+    plugin.reclaim_rules = rules  # type: ignore[attr-defined]
+    ssn.add_can_reclaim_resources_fn(rules.can_reclaim)
+    ssn.add_reclaim_victim_filter_fn(rules.filter_victim)
+    ssn.add_reclaim_scenario_validator_fn(rules.reclaimable)
+    ssn.add_on_job_solution_start_fn(rules.on_job_solution_start)

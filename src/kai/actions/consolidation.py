@@ -1,0 +1,62 @@
+"""consolidation: move running preemptible pods between nodes so that a pending job
+that fits nowhere (fragmentation) can run.
+
+Only preemptible pending jobs are consolidated for.  Any preemptible running job may
+be moved, but a scenario is accepted only if every pod it evicts is pipelined again
+somewhere in the same scenario: consolidation never loses a pod.
+"""
+
+from __future__ import annotations
+
+from kai.actions import register_action
+from kai.actions._eviction import has_active_allocated, run_eviction_action
+from kai.actions.common import tasks_to_allocate
+from kai.api.model import Job, Task
+from kai.framework.session import Session
+from kai.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
+
+#: Most victim jobs one consolidation may consider (-1: unlimited, as KAI's tests use).
+MAX_CONSOLIDATION_PREEMPTEES = -1
+
+
+def consolidation(ssn: Session) -> None:
+    limit = ssn.cache.get("consolidation.max_preemptees", MAX_CONSOLIDATION_PREEMPTEES)
+    if limit == 0:
+        return
+
+    def enough_gpus(job: Job) -> bool:
+        need = sum(gpu_need(ssn, t) for t in tasks_to_allocate(ssn, job))
+        if need <= 0:
+            return True
+        ready = ssn.nodes.schedulable
+        return float(node_gpu_capacity(ssn)[ready].sum()) + 1e-9 >= need
+
+    def candidates(preemptor: Job) -> list[Job]:
+        out = [
+            job
+            for job in ssn.jobs.values()
+            if job is not preemptor
+            and job.queue in ssn.queues
+            and not job.invalid_reason
+            and job.preemptible
+            and has_active_allocated(job)
+        ]
+        return out if limit < 0 else out[: limit + 1]
+
+    def validator(preemptor: Job):
+        def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
+            return not preempted
+
+        return check
+
+    run_eviction_action(
+        ssn,
+        "consolidation",
+        preemptible_only=True,
+        admit=enough_gpus,
+        candidates=candidates,
+        validator=validator,
+    )
+
+
+register_action("consolidation", consolidation)

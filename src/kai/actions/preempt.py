@@ -1,0 +1,57 @@
+"""preempt: inside one queue, a pending job evicts preemptible jobs of lower priority.
+
+A non-preemptible preemptor must fit its queue's quota (non-preemptible usage within
+deserved at every level).  Victims: preemptible jobs of the same queue with strictly
+lower priority that the preempt victim filters accept; victim sets must pass the
+preempt scenario validators (elastic, min-runtime).
+"""
+
+from __future__ import annotations
+
+from kai.actions import register_action
+from kai.actions._eviction import has_active_allocated, run_eviction_action
+from kai.actions.common import tasks_to_allocate
+from kai.api.model import Job, Task
+from kai.framework.session import Session
+from kai.solvers.scenario import Scenario
+
+
+def preempt(ssn: Session) -> None:
+    def admit(job: Job) -> bool:
+        problem = ssn.is_non_preemptible_job_over_quota(job, tasks_to_allocate(ssn, job))
+        if problem:
+            ssn.record_fit_error(job, problem)
+            return False
+        return True
+
+    def candidates(preemptor: Job) -> list[Job]:
+        return [
+            job
+            for job in ssn.jobs.values()
+            if job is not preemptor
+            and job.queue == preemptor.queue
+            and not job.invalid_reason
+            and job.preemptible
+            and job.priority < preemptor.priority
+            and has_active_allocated(job)
+            and ssn.preempt_victim_filter(preemptor, job)
+        ]
+
+    def validator(preemptor: Job):
+        def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
+            jobs = list(dict.fromkeys(t.job for t in preempted))
+            return ssn.preempt_scenario_valid(preemptor, jobs, preempted)
+
+        return check
+
+    run_eviction_action(
+        ssn,
+        "preempt",
+        preemptible_only=False,
+        admit=admit,
+        candidates=candidates,
+        validator=validator,
+    )
+
+
+register_action("preempt", preempt)

@@ -1,0 +1,51 @@
+"""reclaim: a job of a queue below its fair share takes resources back from queues
+above theirs.
+
+Only jobs whose queue would stay within its fair share may reclaim
+(``can_reclaim_resources``).  Victims are preemptible jobs of *other* queues that the
+plugins' reclaim victim filters accept; victim sets must pass the reclaim scenario
+validators (proportion's strategies and saturation check, elastic, min-runtime).
+Victims are evicted (Releasing) and the reclaimer is pipelined onto what they free.
+"""
+
+from __future__ import annotations
+
+from kai.actions import register_action
+from kai.actions._eviction import has_active_allocated, run_eviction_action
+from kai.api.model import Job, Task
+from kai.framework.session import Session
+from kai.solvers.scenario import Scenario
+
+
+def reclaim(ssn: Session) -> None:
+    def candidates(reclaimer: Job) -> list[Job]:
+        return [
+            job
+            for job in ssn.jobs.values()
+            if job is not reclaimer
+            and job.queue != reclaimer.queue
+            and job.queue in ssn.queues
+            and not job.invalid_reason
+            and job.preemptible
+            and has_active_allocated(job)
+            and ssn.reclaim_victim_filter(reclaimer, job)
+        ]
+
+    def validator(reclaimer: Job):
+        def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
+            jobs = list(dict.fromkeys(t.job for t in preempted))
+            return ssn.reclaim_scenario_valid(reclaimer, jobs, preempted)
+
+        return check
+
+    run_eviction_action(
+        ssn,
+        "reclaim",
+        preemptible_only=False,
+        admit=ssn.can_reclaim_resources,
+        candidates=candidates,
+        validator=validator,
+    )
+
+
+register_action("reclaim", reclaim)

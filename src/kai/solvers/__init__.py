@@ -1,0 +1,31 @@
+"""Victim search: which running pods to evict so that a pending job can run.
+
+Used by reclaim, preempt and consolidation.  The search follows the batch-scheduling
+model: candidate victim jobs are popped from the queue tree in reverse order (the job
+that would be served last goes first), accumulated into ever larger victim sets that
+cheap capacity filters (native kernels) prune, turned into concrete scenarios by the
+registered scenario generators, and each surviving scenario is simulated exactly
+through a statement (evict, re-place victims and the pending job, validate).  A
+scenario that fails is rolled back completely.  Probes over a growing part of the gang
+(k = 1, 2, 4, ... then binary search) keep the search logarithmic in the gang size, and
+time budgets keep one job from eating the cycle.
+
+Public entry point: :class:`JobSolver`.
+"""
+
+from kai.solvers.budget import ActionBudget, SearchLimits
+from kai.solvers.generators import GENERATORS, register_generator
+from kai.solvers.job_solver import JobSolver, SolveResult
+from kai.solvers.scenario import Scenario, VictimBatch, tasks_to_evict
+
+__all__ = [
+    "GENERATORS",
+    "ActionBudget",
+    "JobSolver",
+    "Scenario",
+    "SearchLimits",
+    "SolveResult",
+    "VictimBatch",
+    "register_generator",
+    "tasks_to_evict",
+]

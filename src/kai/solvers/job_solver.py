@@ -1,0 +1,221 @@
+"""The job solver: generators x probes x simulation, under a budget.
+
+For a pending job with ``n`` tasks to place, every registered generator in turn runs
+a probe progression: solve the first k = 1, 2, 4, ... tasks until a probe fails, then
+binary-search the largest solvable k; each successful probe's victims become *recorded
+victims* that later probes start from.  If some k is solvable, a final probe at k = n
+is kept.  Probes other than the final one are always rolled back.  Scenarios that
+failed are fingerprinted and never simulated twice for the same job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kai.api.model import ACTIVE_USED, Job, Task
+from kai.framework.session import Session
+from kai.framework.statement import Statement
+from kai.solvers.budget import ActionBudget, JobBudget
+from kai.solvers.generators import GENERATORS
+from kai.solvers.scenario import Scenario
+from kai.solvers.simulate import Simulation, Validator, simulate
+
+SOLVED = "solved"
+DEADLINE_EXHAUSTED = "deadline_exhausted"
+GENERATORS_EXHAUSTED = "generators_exhausted"
+NO_GENERATOR = "no_generator"
+NOT_ATTEMPTED = "not_attempted"
+STOP_REASONS = frozenset({DEADLINE_EXHAUSTED, NOT_ATTEMPTED, NO_GENERATOR})
+
+
+@dataclass
+class SolveResult:
+    solved: bool
+    reason: str
+    statement: Statement | None = None
+    victims: list[Task] = field(default_factory=list)
+    moved: list[Task] = field(default_factory=list)
+    scenarios: int = 0
+
+
+@dataclass
+class _Probe:
+    sim: Simulation | None
+    reason: str
+
+
+def feasible_nodes(ssn: Session, tasks: list[Task]) -> np.ndarray:
+    """All nodes if a task needs no GPU, else nodes with idle or releasing GPUs."""
+    from kai.solvers.scenario import node_gpu_capacity
+
+    n = len(ssn.nodes)
+    if any(not t.requests_gpu for t in tasks):
+        return np.ones(n, dtype=np.bool_)
+    return node_gpu_capacity(ssn) > 1e-9
+
+
+class JobSolver:
+    def __init__(
+        self,
+        ssn: Session,
+        budget: ActionBudget,
+        validator: Validator,
+        action: str,
+        candidates: Callable[[], list[Job]],
+    ) -> None:
+        self.ssn = ssn
+        self.budget = budget
+        self.validator = validator
+        self.action = action
+        self.candidates = candidates
+
+    def solve(self, job: Job) -> SolveResult:
+        from kai.actions.common import tasks_to_allocate
+
+        ssn = self.ssn
+        tasks = tasks_to_allocate(ssn, job)
+        if not tasks:
+            return SolveResult(False, NOT_ATTEMPTED)
+        job_budget = self.budget.begin_job()
+        if job_budget.exhausted():
+            return SolveResult(False, NOT_ATTEMPTED)
+        names = [reg.fn for reg in ssn.registered("scenario_generator")]
+        generators = [(name, GENERATORS[name]) for name in names if name in GENERATORS]
+        if not generators:
+            return SolveResult(False, NO_GENERATOR)
+        active_before = job.count(ACTIVE_USED)
+        failed: set[frozenset[str]] = set()
+        feasible = feasible_nodes(ssn, tasks)
+        victims = self.candidates()
+        for name, gen in generators:
+            result = self._search(job, tasks, name, gen, victims, feasible, failed, job_budget)
+            if result.reason in STOP_REASONS:
+                return result
+            if result.statement is not None:
+                if job.is_gang_satisfied() and job.count(ACTIVE_USED) > active_before:
+                    return result
+                result.statement.discard()
+        return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+
+    def _search(
+        self,
+        job: Job,
+        tasks: list[Task],
+        name: str,
+        gen,
+        victims: list[Job],
+        feasible: np.ndarray,
+        failed: set[frozenset[str]],
+        job_budget: JobBudget,
+    ) -> SolveResult:
+        n = len(tasks)
+        recorded: list[Task] = []
+        if n > 1:
+            best, worst = 0, n
+            k = 1
+            while k < n:
+                probe = self._probe(
+                    job, tasks[:k], recorded, name, gen, victims, feasible, failed, job_budget
+                )
+                if probe.reason == DEADLINE_EXHAUSTED:
+                    return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
+                if probe.sim is None:
+                    worst = k
+                    break
+                best = k
+                recorded = self._record(recorded, probe.sim)
+                k *= 2
+            while worst - best > 1 and worst < n:
+                mid = (best + worst) // 2
+                probe = self._probe(
+                    job, tasks[:mid], recorded, name, gen, victims, feasible, failed, job_budget
+                )
+                if probe.reason == DEADLINE_EXHAUSTED:
+                    return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
+                if probe.sim is None:
+                    worst = mid
+                else:
+                    best = mid
+                    recorded = self._record(recorded, probe.sim)
+            if best == 0:
+                return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+        final = self._probe(
+            job, tasks, recorded, name, gen, victims, feasible, failed, job_budget, keep=True
+        )
+        if final.reason == DEADLINE_EXHAUSTED:
+            return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
+        sim = final.sim
+        if sim is None:
+            return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+        return SolveResult(
+            True,
+            SOLVED,
+            sim.statement,
+            sim.preempted or [],
+            sim.moved or [],
+            job_budget.scenarios,
+        )
+
+    @staticmethod
+    def _record(recorded: list[Task], sim: Simulation) -> list[Task]:
+        out = list(recorded)
+        seen = set(out)
+        for task in [*(sim.preempted or []), *(sim.moved or [])]:
+            if task not in seen:
+                seen.add(task)
+                out.append(task)
+        return out
+
+    def _probe(
+        self,
+        job: Job,
+        pending: list[Task],
+        recorded: list[Task],
+        name: str,
+        gen,
+        victims: list[Job],
+        feasible: np.ndarray,
+        failed: set[frozenset[str]],
+        job_budget: JobBudget,
+        *,
+        keep: bool = False,
+    ) -> _Probe:
+        ssn = self.ssn
+        within = feasible.copy()
+        for task in recorded:
+            if task.node >= 0:
+                within[task.node] = True
+        deadline = job_budget.generator_deadline(name)
+        clock = self.budget.clock
+        for scenario in gen(ssn, job, pending, recorded, victims, within):
+            if job_budget.exhausted():
+                return _Probe(None, DEADLINE_EXHAUSTED)
+            if clock() >= deadline:
+                return _Probe(None, GENERATORS_EXHAUSTED)  # this generator's share is spent
+            key = scenario.fingerprint()
+            if key in failed:
+                continue
+            job_budget.scenarios += 1
+            sim = simulate(ssn, scenario, within, self.validator, self.action)
+            if not sim.solved:
+                failed.add(key)
+                continue
+            if not keep:
+                assert sim.statement is not None
+                sim.statement.discard()
+            return _Probe(sim, SOLVED)
+        return _Probe(None, GENERATORS_EXHAUSTED)
+
+
+def victim_jobs_of(tasks: list[Task]) -> list[Job]:
+    out: list[Job] = []
+    for task in tasks:
+        if task.job not in out:
+            out.append(task.job)
+    return out
+
+
+__all__ = ["JobSolver", "SolveResult", "Scenario", "feasible_nodes", "victim_jobs_of"]

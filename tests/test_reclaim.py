@@ -1,0 +1,159 @@
+"""reclaim: scenarios after KAI-Scheduler's reclaim integration tests."""
+
+from __future__ import annotations
+
+from tests._kai_cluster import J, T, build, decisions, queue, run, statuses
+
+
+def test_reclaim_between_two_queues_with_deserved_quota() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 1)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n0")]),
+            J("c", "q1", [T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    st = statuses(result)
+    # the newest job of the over-served queue goes
+    assert st["b-0"] == ("Releasing", "n0")
+    assert st["a-0"] == ("Running", "n0")
+    assert st["c-0"] == ("Pipelined", "n0")
+    assert decisions(result) == [("evict", "b-0", "n0"), ("pipeline", "c-0", "n0")]
+    assert all(d.action == "reclaim" for d in result.decisions)
+
+
+def test_no_reclaim_when_victim_queue_within_fair_share() -> None:
+    # q0 deserves both GPUs and uses exactly them: it is not over its share.
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 2), queue("q1", 1)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n0")]),
+            J("c", "q1", [T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    assert decisions(result) == []
+    assert statuses(result)["c-0"] == ("Pending", None)
+
+
+def test_no_reclaim_when_reclaimer_would_exceed_fair_share() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 1)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q1", [T("Running", "n0")]),
+            J("c", "q1", [T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    assert decisions(result) == []
+
+
+def test_non_preemptible_jobs_are_never_victims() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 1)],
+        [
+            J("a", "q0", [T("Running", "n0")], priority=125),
+            J("b", "q0", [T("Running", "n0")], priority=125),
+            J("c", "q1", [T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    assert decisions(result) == []
+
+
+def test_explicit_preemptibility_overrides_priority() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 1)],
+        [
+            J("a", "q0", [T("Running", "n0")], priority=125, preemptibility="preemptible"),
+            J("b", "q0", [T("Running", "n0")], priority=10, preemptibility="non-preemptible"),
+            J("c", "q1", [T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    assert ("evict", "a-0", "n0") in decisions(result)
+    assert statuses(result)["b-0"] == ("Running", "n0")
+
+
+def test_gang_victim_is_evicted_whole() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 1)],
+        [J("g", "q0", [T("Running", "n0"), T("Running", "n0")]), J("c", "q1", [T()])],
+    )
+    result = run(snap, ["reclaim"])
+    st = statuses(result)
+    assert st["g-0"][0] == st["g-1"][0] == "Releasing"
+    assert st["c-0"] == ("Pipelined", "n0")
+
+
+def test_elastic_victim_is_peeled_down_to_min_member() -> None:
+    snap = build(
+        {"n0": 4},
+        [queue("q0", 2), queue("q1", 2)],
+        [
+            J("e", "q0", [T("Running", "n0") for _ in range(4)], min_member=2),
+            J("p", "q1", [T(), T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    st = statuses(result)
+    assert [st[f"e-{i}"][0] for i in range(4)] == ["Running", "Running", "Releasing", "Releasing"]
+    assert st["p-0"][0] == st["p-1"][0] == "Pipelined"
+
+
+def test_reclaim_respects_the_queue_tree() -> None:
+    # Two departments of 2 GPUs each; d1's project holds all 4 GPUs.
+    departments = [queue("d1", 2, parent=None), queue("d2", 2, parent=None)]
+    snap = build(
+        {"n0": 4},
+        [queue("a", 2, parent="d1"), queue("b", 2, parent="d2")],
+        [J(f"r{i}", "a", [T("Running", "n0")]) for i in range(4)] + [J("p", "b", [T(), T()])],
+        departments=departments,
+    )
+    result = run(snap, ["reclaim"])
+    st = statuses(result)
+    evicted = [k for k, v in st.items() if v[0] == "Releasing"]
+    assert len(evicted) == 2
+    assert st["p-0"][0] == st["p-1"][0] == "Pipelined"
+
+
+def test_reclaim_uses_idle_capacity_elsewhere_first() -> None:
+    # Only one victim is needed: the other GPU is free already.
+    snap = build(
+        {"n0": 2, "n1": 1},
+        [queue("q0", 1), queue("q1", 2)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n0")]),
+            J("c", "q1", [T(), T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    evicts = decisions(result, "evict")
+    assert len(evicts) == 1
+    assert {d[2] for d in decisions(result, "pipeline")} == {"n0", "n1"}
+
+
+def test_preemption_delay_skips_job() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 1)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n0")]),
+            J("c", "q1", [T()], pg_spec={"preemptionDelay": "1h"}),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    assert decisions(result) == []
+    assert "PreemptionDelayNotElapsed" in result.pod_groups["ns/c"].explain
