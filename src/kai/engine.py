@@ -14,6 +14,7 @@ from typing import Any
 from kai.actions import get_action
 from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, Task, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
+from kai.api.preemptibility import published_status
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
 from kai.snapshot.builder import build_state
@@ -98,6 +99,8 @@ class PodGroupResult:
     explain: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
+    # What the PodGroup controller would write into the PodGroup's status.
+    status: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,6 +131,8 @@ class SessionResult:
             }
             if g.annotations:
                 entry["annotations"] = g.annotations
+            if g.status:
+                entry["status"] = g.status
             if g.warnings:
                 entry["warnings"] = g.warnings
             if explain:
@@ -195,6 +200,7 @@ def run_session(
 # ------------------------------------------------------------------- results
 _OUTPUT_STATUS = {
     TaskStatus.PENDING: "Pending",
+    TaskStatus.GATED: "Pending",
     TaskStatus.ALLOCATED: "Pending",  # never committed
     TaskStatus.BINDING: "Binding",
     TaskStatus.PIPELINED: "Pipelined",
@@ -259,6 +265,7 @@ def _job_result(ssn: Session, job: Job) -> PodGroupResult:
         explain=explain,
         warnings=list(job.warnings),
         annotations=annotations,
+        status=published_status(job),
     )
 
 

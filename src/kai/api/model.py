@@ -14,7 +14,14 @@ from datetime import datetime
 
 import numpy as np
 
-from kai.api.objects import NodeObject, PodGroupObject, PodObject, QueueObject, QueueResource
+from kai.api.objects import (
+    NodeMetricObject,
+    NodeObject,
+    PodGroupObject,
+    PodObject,
+    QueueObject,
+    QueueResource,
+)
 from kai.api.resources import GPU, ResourceTable
 
 
@@ -22,6 +29,7 @@ class TaskStatus(enum.Enum):
     """Pod states of the batch-scheduling model."""
 
     PENDING = "Pending"
+    GATED = "Gated"  # pending with spec.schedulingGates: not scheduled, not counted alive
     ALLOCATED = "Allocated"  # placed on idle capacity in this session, not yet committed
     PIPELINED = "Pipelined"  # placed on capacity that is being released
     BINDING = "Binding"  # allocated and committed this session
@@ -177,9 +185,13 @@ class Job:
         return task not in self.core_tasks()
 
     def core_tasks(self) -> set[Task]:
-        """The ``min_member`` oldest active tasks (the non-preemptible core of a job)."""
+        """The non-preemptible core of a semi-preemptible job: ``min_member`` active tasks.
+
+        Pods that were already running when the session started come first (the core
+        stays put while the session adds or evicts pods), then the oldest, then by name.
+        """
         active = [t for t in self.tasks if t.status in ACTIVE_ALLOCATED]
-        active.sort(key=_task_age_key)
+        active.sort(key=_core_key)
         return set(active[: self.min_member])
 
     def __hash__(self) -> int:
@@ -195,6 +207,11 @@ class Job:
 def _task_age_key(task: Task) -> tuple:
     ts = task.creation_timestamp
     return (ts.timestamp() if ts else 0.0, task.name)
+
+
+def _core_key(task: Task) -> tuple:
+    placed_now = task.status not in (TaskStatus.RUNNING, TaskStatus.BOUND)
+    return (placed_now, *_task_age_key(task))
 
 
 @dataclass
@@ -290,17 +307,22 @@ class NodeTable:
             raw = node.labels.get("nvidia.com/gpu.memory")
             if raw:
                 try:
-                    mem = float(raw)
+                    mem = int(raw)
                 except ValueError:
-                    mem = 0.0
+                    mem = 0  # not an integer: the memory is unknown, as in KAI
                 if mem >= 1024 * 1024:  # values this large are bytes
-                    mem = mem / (1024 * 1024)
-                self.gpu_memory_mib[i] = mem
+                    mem = mem // (1024 * 1024)
+                # Floored to a multiple of 100 MiB, as KAI does, so that fractions and
+                # memory requests convert the same way.
+                self.gpu_memory_mib[i] = max(mem, 0) - max(mem, 0) % 100
         self.schedulable = np.array(
             [n.ready and not n.unschedulable and not n.pressure_conditions for n in nodes],
             dtype=np.bool_,
         )
         self._new_group_seq = 0
+        # Bumped on every change of the capacity matrices (add_task / remove_task), so
+        # results computed from them can be cached until the next change.
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self.names)
@@ -321,6 +343,7 @@ class NodeTable:
 
     def add_task(self, task: Task) -> None:
         """Charge a task's resources to its node according to its status."""
+        self.version += 1
         i = task.node
         r = task.request
         self.used[i] += r
@@ -337,6 +360,7 @@ class NodeTable:
 
     def remove_task(self, task: Task) -> None:
         """Undo :meth:`add_task` (the task's status must be the one it was added with)."""
+        self.version += 1
         i = task.node
         r = task.request
         self.used[i] -= r
@@ -416,6 +440,8 @@ class ClusterState:
     # Pods that are ignored entirely (completed, or not on any known node), kept for output.
     passive_tasks: list[Task] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Koordinator NodeMetrics by node name (read by the loadaware plugin).
+    node_metrics: dict[str, NodeMetricObject] = field(default_factory=dict)
 
     def all_tasks(self) -> list[Task]:
         return self.tasks + self.foreign_tasks + self.passive_tasks

@@ -1,19 +1,42 @@
 """The one resolver of a job's preemptibility.
 
 Priority orders the queue; preemptibility alone decides who may be a victim.  The
-value comes from, in order: the PodGroup's ``spec.preemptibility``, the
-``kai.scheduler/preemptibility`` label of the pod's top owner (following
-ownerReferences through the objects of the snapshot), the same label on the pod, and
-finally the legacy rule (priority below 100 is preemptible).  An invalid value falls
-back to the priority rule and is reported as a warning, never an error.
+value comes from, in order:
+
+1. the PodGroup's ``spec.preemptibility``;
+2. the ``kai.scheduler/preemptibility`` label of the pod's top owner, found by
+   following ownerReferences (controller reference first) through the objects of the
+   snapshot, whatever their kind (Deployment, ReplicaSet, Job, JobSet, PyTorchJob,
+   ...); when no pod leads to a labelled owner, the PodGroup's own ownerReferences
+   (the podgrouper points them at the top owner) are followed the same way;
+3. the same label on the pod;
+4. the legacy rule: priority below 100 is preemptible, 100 and above is not.
+
+Values are ``preemptible``, ``non-preemptible`` and ``semi-preemptible`` (exact, as the
+CRD enum has them).  The first source that gives a value decides; if that value is
+invalid the job falls back to the priority rule (not to the next source) and the
+group carries a warning, never an error.
+
+``semi-preemptible``: the job's first ``minMember`` pods (its core) are
+non-preemptible, pods above ``minMember`` are preemptible.  With ``minMember`` 0 the
+job is fully preemptible, with ``minMember`` equal to its pod count it is fully
+non-preemptible.
+
+Code that decides victimhood or quota asks this module (or the fields the snapshot
+builder sets from it: ``Job.preemptible``, ``Job.preemptibility``,
+``Job.is_task_preemptible``), never the priority.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from kai.api.objects import GenericObject, OwnerReference, PodGroupObject, PodObject
+
+if TYPE_CHECKING:
+    from kai.api.model import Job, Task
 
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 PREEMPTIBLE = "preemptible"
@@ -24,6 +47,11 @@ VALID_VALUES = (PREEMPTIBLE, NON_PREEMPTIBLE, SEMI_PREEMPTIBLE)
 # Jobs of this priority and above are non-preemptible unless told otherwise.
 NON_PREEMPTIBLE_PRIORITY_THRESHOLD = 100
 
+SOURCE_PODGROUP = "podgroup"
+SOURCE_OWNER = "owner"
+SOURCE_POD = "pod"
+SOURCE_PRIORITY = "priority"
+
 
 @dataclass(frozen=True)
 class Preemptibility:
@@ -33,24 +61,39 @@ class Preemptibility:
 
     @property
     def preemptible(self) -> bool:
-        """Whether the job as a whole may be a victim (semi: only above minMember)."""
+        """Whether any pod of the job may be a victim (semi: those above minMember)."""
         return self.value != NON_PREEMPTIBLE
+
+
+class _Owned(Protocol):
+    namespace: str | None
+    owner_references: list[OwnerReference]
 
 
 OwnerLookup = Callable[[str, OwnerReference], "GenericObject | None"]
 
 
-def top_owner(pod: PodObject, lookup: OwnerLookup, max_depth: int = 16) -> GenericObject | None:
-    """Follow controller ownerReferences upwards as far as the snapshot has the owners."""
-    refs: Sequence[OwnerReference] = pod.owner_references
-    namespace = pod.namespace
+def priority_rule(priority: int) -> str:
+    """The legacy rule: priority below 100 is preemptible."""
+    return PREEMPTIBLE if priority < NON_PREEMPTIBLE_PRIORITY_THRESHOLD else NON_PREEMPTIBLE
+
+
+def top_owner(obj: _Owned, lookup: OwnerLookup, max_depth: int = 32) -> GenericObject | None:
+    """Follow ownerReferences upwards as far as the snapshot has the owners.
+
+    At each level the controller reference is followed (else the first reference).
+    Returns the highest owner found, or None when the first owner is not in the
+    snapshot.  Cycles end the walk.
+    """
+    refs: Sequence[OwnerReference] = obj.owner_references
+    namespace = obj.namespace or ""
     found: GenericObject | None = None
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for _ in range(max_depth):
         ref = _controller_ref(refs)
-        if ref is None or (ref.kind, ref.name) in seen:
+        if ref is None or (namespace, ref.kind, ref.name) in seen:
             break
-        seen.add((ref.kind, ref.name))
+        seen.add((namespace, ref.kind, ref.name))
         owner = lookup(namespace, ref)
         if owner is None:
             break
@@ -67,36 +110,118 @@ def _controller_ref(refs: Sequence[OwnerReference]) -> OwnerReference | None:
     return refs[0] if refs else None
 
 
+def _owner_label(
+    pod_group: PodGroupObject | None, pods: Sequence[PodObject], lookup: OwnerLookup
+) -> tuple[str, str] | None:
+    """(value, where) of the preemptibility label on the top owner, if any."""
+    sources: list[_Owned] = list(pods)
+    if pod_group is not None:
+        sources.append(pod_group)
+    for obj in sources:
+        owner = top_owner(obj, lookup)
+        if owner is not None and PREEMPTIBILITY_LABEL in owner.labels:
+            ns = f"{owner.namespace}/" if owner.namespace else ""
+            where = f"label {PREEMPTIBILITY_LABEL} of {owner.kind} {ns}{owner.name}"
+            return owner.labels[PREEMPTIBILITY_LABEL], where
+    return None
+
+
 def resolve_preemptibility(
     pod_group: PodGroupObject | None,
     pods: Sequence[PodObject],
     priority: int,
     lookup: OwnerLookup,
 ) -> Preemptibility:
-    warnings: list[str] = []
-    candidates: list[tuple[str, str, str]] = []  # (value, source, where)
-    if pod_group is not None and pod_group.preemptibility:
-        candidates.append((pod_group.preemptibility, "podgroup", "spec.preemptibility"))
-    for pod in pods:
-        owner = top_owner(pod, lookup)
-        if owner is not None and PREEMPTIBILITY_LABEL in owner.labels:
-            where = f"label {PREEMPTIBILITY_LABEL} of {owner.kind} {owner.name}"
-            candidates.append((owner.labels[PREEMPTIBILITY_LABEL], "owner", where))
-            break
-    for pod in pods:
-        if PREEMPTIBILITY_LABEL in pod.labels:
-            where = f"label {PREEMPTIBILITY_LABEL} of pod {pod.key}"
-            candidates.append((pod.labels[PREEMPTIBILITY_LABEL], "pod", where))
-            break
-    for value, source, where in candidates:
-        normalized = value.strip().lower()
-        if normalized in VALID_VALUES:
-            warning = "; ".join(warnings) or None
-            return Preemptibility(normalized, source, warning)
-        warnings.append(
-            f"invalid preemptibility {value!r} in {where} "
-            f"(expected one of {', '.join(VALID_VALUES)}); using the priority rule"
-        )
-        break  # an invalid explicit value falls back to the priority rule
-    legacy = PREEMPTIBLE if priority < NON_PREEMPTIBLE_PRIORITY_THRESHOLD else NON_PREEMPTIBLE
-    return Preemptibility(legacy, "priority", "; ".join(warnings) or None)
+    """Resolve a job's preemptibility (see the module docstring for the order)."""
+    explicit: tuple[str, str, str] | None = None  # (value, source, where)
+    if pod_group is not None and pod_group.preemptibility is not None:
+        explicit = (pod_group.preemptibility, SOURCE_PODGROUP, "spec.preemptibility")
+    if explicit is None:
+        found = _owner_label(pod_group, pods, lookup)
+        if found is not None:
+            explicit = (found[0], SOURCE_OWNER, found[1])
+    if explicit is None:
+        for pod in pods:
+            if PREEMPTIBILITY_LABEL in pod.labels:
+                where = f"label {PREEMPTIBILITY_LABEL} of pod {pod.key}"
+                explicit = (pod.labels[PREEMPTIBILITY_LABEL], SOURCE_POD, where)
+                break
+    legacy = priority_rule(priority)
+    if explicit is None:
+        return Preemptibility(legacy, SOURCE_PRIORITY)
+    value, source, where = explicit
+    if value in VALID_VALUES:
+        return Preemptibility(value, source)
+    warning = (
+        f"invalid preemptibility {value!r} in {where} (expected one of "
+        f"{', '.join(VALID_VALUES)}); using the priority rule: priority {priority} "
+        f"is {legacy}"
+    )
+    return Preemptibility(legacy, SOURCE_PRIORITY, warning)
+
+
+# ----------------------------------------------------------- questions of actions
+def can_be_victim(job: Job) -> bool:
+    """Whether any pod of ``job`` may be evicted by reclaim, preempt or consolidation."""
+    if job.preemptibility == SEMI_PREEMPTIBLE:
+        return bool(evictable_tasks(job))
+    return job.preemptible
+
+
+def evictable_tasks(job: Job) -> list[Task]:
+    """The job's active-allocated pods that may be evicted, in task-list order.
+
+    All of them for a preemptible job, none for a non-preemptible one, and the pods
+    above the core (the first ``minMember`` pods) for a semi-preemptible one.
+    """
+    from kai.api.model import ACTIVE_ALLOCATED
+
+    active = [t for t in job.tasks if t.status in ACTIVE_ALLOCATED]
+    if job.preemptibility == SEMI_PREEMPTIBLE:
+        core = job.core_tasks()
+        return [t for t in active if t not in core]
+    return active if job.preemptible else []
+
+
+def is_task_preemptible(task: Task) -> bool:
+    """Whether this one pod may be a victim (its job's preemptibility, per pod)."""
+    job = task.job
+    return job is not None and job.is_task_preemptible(task)
+
+
+def published_status(job: Job) -> dict[str, object]:
+    """What the PodGroup controller publishes in the PodGroup's status."""
+    status: dict[str, object] = {"preemptibility": job.preemptibility}
+    if job.preemptibility == SEMI_PREEMPTIBLE:
+        status["corePods"] = sorted(t.name for t in job.core_tasks())
+    return status
+
+
+# ------------------------------------------------------------- quota accounting
+def counts_as_non_preemptible(task: Task) -> bool:
+    """At an allocate or deallocate event of ``task``: are its resources non-preemptible?
+
+    Called after the task's status changed.  For a semi-preemptible job the pods that
+    fill the job up to ``minMember`` are non-preemptible: a pod just placed is if the
+    job now has at most ``minMember`` active pods, a pod just removed is if the job now
+    has fewer than ``minMember`` (so an event and its undo charge the same).
+    """
+    from kai.api.model import ACTIVE_ALLOCATED
+
+    job = task.job
+    if job is None:
+        return False
+    if job.preemptibility != SEMI_PREEMPTIBLE:
+        return not job.preemptible
+    active = job.active_allocated_count()
+    if task.status in ACTIVE_ALLOCATED:
+        return active <= job.min_member
+    return active < job.min_member
+
+
+def non_preemptible_part(job: Job, tasks: Sequence[Task]) -> list[Task]:
+    """Of ``tasks`` about to be placed (in order), those that will be non-preemptible."""
+    if job.preemptibility != SEMI_PREEMPTIBLE:
+        return [] if job.preemptible else list(tasks)
+    room = job.min_member - job.active_allocated_count()
+    return list(tasks)[: max(room, 0)]

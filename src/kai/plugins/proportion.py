@@ -30,6 +30,11 @@ from kai.api.model import (
     Task,
     TaskStatus,
 )
+from kai.api.preemptibility import (
+    SEMI_PREEMPTIBLE,
+    counts_as_non_preemptible,
+    non_preemptible_part,
+)
 from kai.api.resources import CPU, GPU, MEMORY
 from kai.framework import EventHandler, Plugin, Session, register_plugin
 
@@ -68,11 +73,24 @@ class QueueShare:
         )
 
     def allocatable_share(self) -> np.ndarray:
-        """What the queue may hold: max(deserved, fair share), capped by its limit."""
+        """What the queue may hold: max(deserved, fair share), capped by its limit.
+
+        Memoized on the three inputs' values (it is called several times per queue
+        comparison); the returned array is read-only.
+        """
+        key = (self.deserved.tobytes(), self.fair_share.tobytes(), self.limit.tobytes())
+        cached = self.__dict__.get("_allocatable")
+        if cached is not None and cached[0] == key:
+            return cached[1]
         out = np.maximum(self.deserved, self.fair_share)
         out = np.where(self.deserved == UNLIMITED, self.limit, out)
         capped = np.where(self.limit != UNLIMITED, np.minimum(out, self.limit), out)
-        return np.where((self.deserved == UNLIMITED) & (self.limit == UNLIMITED), UNLIMITED, capped)
+        value = np.where(
+            (self.deserved == UNLIMITED) & (self.limit == UNLIMITED), UNLIMITED, capped
+        )
+        value.flags.writeable = False
+        self.__dict__["_allocatable"] = (key, value)
+        return value
 
     def requestable(self) -> np.ndarray:
         return np.where(self.limit == UNLIMITED, self.request, np.minimum(self.request, self.limit))
@@ -169,10 +187,12 @@ class ProportionPlugin(Plugin):
         for job in ssn.jobs.values():
             if job.queue not in self.shares or job.invalid_reason:
                 continue
+            core = job.core_tasks() if job.preemptibility == SEMI_PREEMPTIBLE else ()
             for task in job.tasks:
                 if task.status in ALLOCATED:
                     vec = queue_vector(ssn, task)
-                    self._charge(job, vec, +1, request_too=True)
+                    np_charge = task in core if core else not job.preemptible
+                    self._charge(job, vec, +1, request_too=True, non_preemptible=np_charge)
                 elif task.status is TaskStatus.PENDING:
                     vec = queue_vector(
                         ssn, task, for_request=True, min_gpu_memory=self.min_gpu_memory
@@ -189,13 +209,24 @@ class ProportionPlugin(Plugin):
             current = self.shares[current].parent
         return out
 
-    def _charge(self, job: Job, vec: np.ndarray, sign: int, *, request_too: bool = False) -> None:
+    def _charge(
+        self,
+        job: Job,
+        vec: np.ndarray,
+        sign: int,
+        *,
+        request_too: bool = False,
+        non_preemptible: bool | None = None,
+    ) -> None:
+        # Semi-preemptible jobs: only the core (up to minMember) is non-preemptible.
+        if non_preemptible is None:
+            non_preemptible = not job.preemptible
         for name in self.ancestors(job.queue):
             share = self.shares[name]
             share.allocated += sign * vec
             if request_too:
                 share.request += sign * vec
-            if not job.preemptible:
+            if non_preemptible:
                 share.allocated_non_preemptible += sign * vec
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
@@ -248,13 +279,15 @@ class ProportionPlugin(Plugin):
         task = event.task
         job = task.job
         if job is not None and job.queue in self.shares:
-            self._charge(job, queue_vector(self.ssn, task), +1)
+            vec = queue_vector(self.ssn, task)
+            self._charge(job, vec, +1, non_preemptible=counts_as_non_preemptible(task))
 
     def _on_deallocate(self, event) -> None:
         task = event.task
         job = task.job
         if job is not None and job.queue in self.shares:
-            self._charge(job, queue_vector(self.ssn, task), -1)
+            vec = queue_vector(self.ssn, task)
+            self._charge(job, vec, -1, non_preemptible=counts_as_non_preemptible(task))
 
     def request_of(self, tasks: list[Task], *, conservative: bool = False) -> np.ndarray:
         """Summed [cpu, memory, gpu] of tasks not yet placed."""
@@ -338,7 +371,10 @@ class ProportionPlugin(Plugin):
     def _job_request(self, job: Job | None) -> np.ndarray:
         if job is None:
             return np.zeros(len(QUEUE_RESOURCES))
-        key = ("proportion.job_request", job.key)
+        # Cached per job state: the next chunk (gang, then one pod at a time) changes
+        # whenever one of the job's tasks changes status, as KAI invalidates its cache.
+        state = tuple((t.status, t.virtually_evicted) for t in job.tasks)
+        key = ("proportion.job_request", job.key, state)
         cached = self.ssn.cache.get(key)
         if cached is None:
             from kai.actions.common import tasks_to_allocate
@@ -384,7 +420,8 @@ class ProportionPlugin(Plugin):
         return self.non_preemptible_over_quota(job, tasks)
 
     def non_preemptible_over_quota(self, job: Job, tasks: list[Task]) -> str | None:
-        if job.preemptible or job.queue not in self.shares:
+        tasks = non_preemptible_part(job, tasks)  # semi-preemptible: the core only
+        if not tasks or job.queue not in self.shares:
             return None
         request = self.request_of(tasks, conservative=True)
         for name in self.ancestors(job.queue):
@@ -433,5 +470,9 @@ def _fmt(value: float, resource: str) -> str:
         return f"{value:g}m"
     return f"{value:g}"
 
+
+# queue_order reads only the two queues' shares (changed through allocate/deallocate
+# events) and the jobs compared: the job queue may reuse its results (actions.common).
+ProportionPlugin.queue_order.queue_local = True  # type: ignore[attr-defined]
 
 register_plugin("proportion", ProportionPlugin)
