@@ -115,7 +115,11 @@ class PodObject:
     limits: dict[str, float] = field(default_factory=dict)
     phase: str = "Pending"
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status
+    # type -> lastTransitionTime, for conditions that give one (load-aware estimation)
+    condition_times: dict[str, datetime] = field(default_factory=dict)
     nominated_node_name: str | None = None
+    # spec.schedulingGates names: a gated pod is not scheduled until they are removed.
+    scheduling_gates: list[str] = field(default_factory=list)
     start_time: datetime | None = None
     source: Source | None = None
 
@@ -205,6 +209,8 @@ class NodeMetricObject:
     pods_usage: list[PodMetric] = field(default_factory=list)
     aggregated_usages: list[AggregatedUsage] = field(default_factory=list)
     report_interval_seconds: float = 60.0  # spec.metricCollectPolicy.reportIntervalSeconds
+    # False when status.nodeMetric is absent (koordinator then skips the node's load checks)
+    has_node_metric: bool = True
     source: Source | None = None
 
 

@@ -168,6 +168,11 @@ class Session:
         # Per-session scratch space plugins may share (e.g. min-runtime caches).
         self.cache: dict[str, Any] = {}
         self.explain: dict[str, list[str]] = defaultdict(list)
+        # Per queue: how many allocate/deallocate events touched a job of its subtree.
+        # Lets the job queue reuse queue comparisons whose queues have not changed.
+        self.queue_versions: dict[str, int] = defaultdict(int)
+        # (task, nodes.version, fits-idle mask) of the last filter_nodes call.
+        self._fits_idle_cache: tuple[Task, int, np.ndarray] | None = None
 
     # ----------------------------------------------------------------- lifecycle
     def open(self, plugins: Sequence[tuple[int, Plugin]]) -> None:
@@ -210,8 +215,13 @@ class Session:
     def add_predicate_fn(self, fn: Callable[[Task, Job, NodeInfo], str | None]) -> None:
         self._add("predicate", fn)
 
-    def add_batch_predicate_fn(self, name: str, fn: Callable[[Task, Job], np.ndarray]) -> None:
-        """fn(task, job) -> bool[N]; ``name`` is the reason reported for rejected nodes."""
+    def add_batch_predicate_fn(self, name: str, fn: Callable[[Task, Job], Any]) -> None:
+        """fn(task, job) -> bool[N]; ``name`` is the reason reported for rejected nodes.
+
+        fn may instead return ``(mask, codes, reasons)`` to give each rejected node its
+        own reason: ``codes`` int[N] indexes ``reasons`` (a sequence of strings) for the
+        nodes whose mask is False; ``name`` is used for codes outside the range.
+        """
         self._add("batch_predicate", (name, fn))
 
     def add_node_pre_order_fn(self, fn: Callable[[Task, np.ndarray], None]) -> None:
@@ -444,21 +454,36 @@ class Session:
         failures: dict[str, int] = {}
         request = task.request
         fits_any, fits_idle = self.backend.fit_mask(request, nodes.idle, nodes.releasing)
-        fits_any = fits_any.copy()
-        fits_idle = fits_idle.copy()
         if task.is_shared_gpu:
             shared_any, shared_idle = self._shared_gpu_fit(task)
-            fits_any &= shared_any
-            fits_idle &= shared_idle
-        mask = fits_any if within is None else fits_any & within
-        base = within if within is not None else np.ones(len(nodes), dtype=np.bool_)
-        rejected = int(np.count_nonzero(base & ~fits_any))
+            fits_any = fits_any & shared_any
+            fits_idle = fits_idle & shared_idle
+        fits_idle.flags.writeable = False
+        self._fits_idle_cache = (task, nodes.version, fits_idle)
+        if within is None:
+            mask = fits_any  # a fresh array of the backend
+            rejected = len(nodes) - int(np.count_nonzero(fits_any))
+        else:
+            mask = fits_any & within
+            rejected = int(np.count_nonzero(within)) - int(np.count_nonzero(mask))
         if rejected:
             failures["insufficient resources"] = rejected
         for reg in self._regs.get("batch_predicate", ()):
             name, fn = reg.fn
             ok = fn(task, job)
             if ok is None:
+                continue
+            if isinstance(ok, tuple):
+                ok, codes, reasons = ok
+                hit = mask & ~ok
+                if hit.any():
+                    c = np.asarray(codes, dtype=np.int64)[hit]
+                    c = np.where((c >= 0) & (c < len(reasons)), c + 1, 0)
+                    counts = np.bincount(c, minlength=len(reasons) + 1)
+                    for slot in np.flatnonzero(counts):
+                        reason = reasons[slot - 1] if slot > 0 else name
+                        failures[reason] = failures.get(reason, 0) + int(counts[slot])
+                mask = mask & ok
                 continue
             rejected = int(np.count_nonzero(mask & ~ok))
             if rejected:
@@ -481,7 +506,10 @@ class Session:
         return FilterResult(mask=mask, fits_idle=fits_idle & mask, failures=failures)
 
     def fits_idle(self, task: Task) -> np.ndarray:
-        """Nodes where ``task`` fits on idle capacity alone."""
+        """Nodes where ``task`` fits on idle capacity alone (read-only array)."""
+        cached = self._fits_idle_cache
+        if cached is not None and cached[0] is task and cached[1] == self.nodes.version:
+            return cached[2]
         _, idle = self.backend.fit_mask(task.request, self.nodes.idle, self.nodes.releasing)
         if task.is_shared_gpu:
             idle = idle & self._shared_gpu_fit(task)[1]
@@ -558,13 +586,25 @@ class Session:
         return [gid for _, _, gid in scored]
 
     # ---------------------------------------------------------------- events
+    def _bump_queue_versions(self, task: Task) -> None:
+        job = task.job
+        name = job.queue if job is not None else None
+        versions, queues = self.queue_versions, self.queues
+        depth = 0
+        while name is not None and name in queues and depth < 64:
+            versions[name] += 1
+            name = queues[name].parent
+            depth += 1
+
     def fire_allocate(self, task: Task) -> None:
+        self._bump_queue_versions(task)
         event = Event(task)
         for handler in self.event_handlers:
             if handler.allocate_func is not None:
                 handler.allocate_func(event)
 
     def fire_deallocate(self, task: Task) -> None:
+        self._bump_queue_versions(task)
         event = Event(task)
         for handler in self.event_handlers:
             if handler.deallocate_func is not None:

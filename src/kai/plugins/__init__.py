@@ -2,6 +2,9 @@
 
 from kai.plugins import (  # noqa: F401
     examples,
+    generators,
+    loadaware,
+    minruntime,
     ordering,
     predicates,
     proportion,

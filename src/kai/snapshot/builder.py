@@ -181,7 +181,9 @@ def pod_status(pod: PodObject) -> TaskStatus:
     if phase == "Running":
         return TaskStatus.RUNNING
     if phase == "Pending":
-        return TaskStatus.RUNNING if pod.node_name else TaskStatus.PENDING
+        if pod.node_name:
+            return TaskStatus.RUNNING
+        return TaskStatus.GATED if pod.scheduling_gates else TaskStatus.PENDING
     return TaskStatus.UNKNOWN
 
 

@@ -51,7 +51,7 @@ from kai.api.objects import (
 )
 from kai.api.quantity import parse_duration, parse_quantity, parse_time, to_canonical
 
-__all__ = ["load_files", "load_text", "load_objects", "load_config_file"]
+__all__ = ["load_files", "load_text", "load_objects", "load_config_file", "convert_object"]
 
 _YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -331,6 +331,19 @@ def _selector_term(ctx: _Ctx, value: Any, field: str) -> NodeSelectorTerm:
     )
 
 
+def _condition_times(ctx: _Ctx, value: Any, field: str) -> dict[str, datetime]:
+    """type -> lastTransitionTime of the conditions that give one."""
+    out: dict[str, datetime] = {}
+    for i, cond in enumerate(_list(ctx, value, field)):
+        f = f"{field}[{i}]"
+        cond = _map(ctx, cond, f)
+        ctype = _str(ctx, cond.get("type"), f + ".type")
+        ts = _time(ctx, cond.get("lastTransitionTime"), f + ".lastTransitionTime")
+        if ctype and ts is not None:
+            out[ctype] = ts
+    return out
+
+
 def _conditions(ctx: _Ctx, value: Any, field: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, cond in enumerate(_list(ctx, value, field)):
@@ -522,12 +535,23 @@ def _parse_pod(ctx: _Ctx, obj: dict, meta: dict, name: str, namespace: str) -> P
         limits=limits,
         phase=_str(ctx, status.get("phase"), "status.phase") or "Pending",
         conditions=_conditions(ctx, status.get("conditions"), "status.conditions"),
+        condition_times=_condition_times(ctx, status.get("conditions"), "status.conditions"),
         nominated_node_name=_nonempty_str(
             ctx, status.get("nominatedNodeName"), "status.nominatedNodeName"
         ),
         start_time=_time(ctx, status.get("startTime"), "status.startTime"),
+        scheduling_gates=_scheduling_gates(ctx, spec.get("schedulingGates")),
         source=ctx.source(),
     )
+
+
+def _scheduling_gates(ctx: _Ctx, value: Any) -> list[str]:
+    field = "spec.schedulingGates"
+    out = []
+    for i, gate in enumerate(_list(ctx, value, field)):
+        f = f"{field}[{i}]"
+        out.append(_str(ctx, _map(ctx, gate, f).get("name"), f + ".name") or "")
+    return out
 
 
 def _parse_pod_group(ctx: _Ctx, obj: dict, meta: dict, name: str, namespace: str) -> PodGroupObject:
@@ -697,6 +721,7 @@ def _parse_node_metric(ctx: _Ctx, obj: dict, meta: dict, name: str) -> NodeMetri
         pods_usage=pods,
         aggregated_usages=aggregated,
         report_interval_seconds=report_interval,
+        has_node_metric=status.get("nodeMetric") is not None,
         source=ctx.source(),
     )
 
@@ -1263,6 +1288,30 @@ def load_objects(objs: Iterable[dict], file: str = "<python>") -> ClusterObjects
         for index, doc in enumerate(objs):
             builder.add_document(doc, file, index)
         return builder.finish()
+
+
+def convert_object(obj: dict, file: str = "<api>") -> Any:
+    """Convert one Kubernetes object dict into its typed object, or None when kai ignores
+    it (the live cache converts objects one at a time and keeps the results).
+
+    A List is not accepted.  Whole-snapshot checks (duplicates, the queue tree) are the
+    caller's.  Raises :class:`InputError` like :func:`load_objects`.
+    """
+    builder = _Builder()
+    builder.add_document(obj, file, 0)
+    out = builder.out
+    for found in (
+        out.pods,
+        out.nodes,
+        out.pod_groups,
+        out.queues,
+        out.priority_classes,
+        out.node_metrics,
+        out.others,
+    ):
+        if found:
+            return found[0]
+    return out.config
 
 
 def load_config_file(path: str) -> SchedulerConfigObject:

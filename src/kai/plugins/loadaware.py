@@ -1,0 +1,382 @@
+"""``loadaware``: Koordinator's LoadAwareScheduling as a kai plugin.
+
+Filters out nodes whose NodeMetric expired or whose estimated usage, if the pod were
+placed there, exceeds the usage thresholds, and prefers the least used nodes.  The
+arguments are Koordinator's ``LoadAwareSchedulingArgs`` (JSON names, defaults and
+validation; see :mod:`kai.plugins.loadaware_estimator` and ``docs/loadaware.md``) plus
+``scoreWeight``, the factor applied to Koordinator's 0..100 integer score before it is
+added to kai's other node scores.
+
+The per-node cache mirrors Koordinator's ``podAssignCache``: every pod on a node
+(including the pods placed earlier in this session, kept up to date by the session's
+allocate/deallocate events) contributes its estimate to ``nodeDelta``,
+``nodeEstimated`` and the prod vectors, so later pods see earlier ones.  The filter and
+the score of one pod against all nodes are each one kernel call of the backend
+(``loadaware_filter``, ``loadaware_score``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from kai.api.model import Job, Task, TaskStatus
+from kai.api.objects import NodeMetricObject
+from kai.framework import Plugin, Session, register_plugin
+from kai.framework.session import EventHandler
+from kai.plugins.loadaware_estimator import (
+    ANN_CUSTOM_THRESHOLDS,
+    ARGUMENTS,
+    PRIORITY_PROD,
+    LoadAwareArgs,
+    estimate_deadline,
+    estimate_pod,
+    is_daemonset_pod,
+    koord_priority_class,
+    node_allocatable,
+    parse_args,
+    pod_timestamp,
+    resource_vec,
+    threshold_profile,
+)
+
+# Filter states (see kai.backends._common LA_*).
+_CHECK, _PASS, _EXPIRED = 0, 1, 2
+
+# Threshold kinds of a node for one pod, in reason-table order.
+_KIND_USAGE, _KIND_PROD, _KIND_AGG = 0, 1, 2
+_KIND_ARG = ("usageThresholds", "prodUsageThresholds", "aggregated.usageThresholds")
+_KIND_ANN = ("usageThresholds", "prodUsageThresholds", "aggregatedUsage.usageThresholds")
+
+_COUNTED = frozenset(
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+    }
+)
+
+
+def _counted_node(task: Task) -> int:
+    """The node whose cache holds ``task`` (-1: none), like koordinator's pod informer."""
+    if task.node < 0:
+        return -1
+    if task.status in _COUNTED:
+        return task.node
+    if task.status is TaskStatus.RELEASING and not task.virtually_evicted:
+        return task.node  # terminating but not yet gone: still in koordinator's cache
+    return -1
+
+
+@dataclass
+class _PodEntry:
+    node: int
+    prod_usage: np.ndarray | None
+    node_delta: np.ndarray | None
+    node_estimated: np.ndarray | None
+    prod_delta: np.ndarray | None
+
+
+def _agg_index(metric: NodeMetricObject, resources: tuple[str, ...]) -> dict:
+    """``aggUsages``: (type, duration) -> vector; duration 0 is the longest recorded."""
+    out: dict[tuple[str, float], np.ndarray] = {}
+    longest: dict[str, float] = {}
+    for agg in metric.aggregated_usages:
+        d = agg.duration or 0.0
+        for kind, usage in agg.usage.items():
+            if not usage:
+                continue
+            out[(kind, d)] = resource_vec(resources, usage)
+            if d > longest.get(kind, 0.0):
+                longest[kind] = d
+    for kind, d in longest.items():
+        out[(kind, 0.0)] = out[(kind, d)]
+    return out
+
+
+class LoadAwarePlugin(Plugin):
+    """Koordinator LoadAwareScheduling: filter and score nodes by their real usage."""
+
+    name = "loadaware"
+    arguments = ARGUMENTS
+
+    def __init__(self, args=None) -> None:
+        super().__init__(args)
+        self.la: LoadAwareArgs = parse_args(self.args)
+
+    # ----------------------------------------------------------------- session
+    def on_session_open(self, ssn: Session) -> None:
+        la = self.la
+        res = la.resources
+        r = len(res)
+        nodes = ssn.nodes
+        n = len(nodes)
+        now = ssn.now
+        metrics = ssn.state.node_metrics
+        zeros = lambda: np.zeros((n, r), dtype=np.int64)  # noqa: E731
+
+        self.ssn = ssn
+        self.allocatable = zeros()
+        self.has_metric = np.zeros(n, dtype=np.bool_)
+        self.has_status = np.zeros(n, dtype=np.bool_)  # status.nodeMetric present
+        self.expired = np.zeros(n, dtype=np.bool_)
+        self.node_usage = zeros()
+        self.prod_usage = zeros()
+        self.node_delta = zeros()
+        self.prod_delta = zeros()
+        self.node_estimated = zeros()
+        self.update_time: list[datetime | None] = [None] * n
+        self.report_interval = np.full(n, 60.0)
+        self.pod_usage: list[dict[str, np.ndarray]] = [{} for _ in range(n)]
+        self.prod_pods: list[set[str]] = [set() for _ in range(n)]
+
+        # threshold profiles
+        self.thr = {k: zeros() for k in (_KIND_USAGE, _KIND_PROD, _KIND_AGG)}
+        self.prod_enabled = np.zeros(n, dtype=np.bool_)
+        self.agg_enabled = np.zeros(n, dtype=np.bool_)
+        self.custom = {k: np.zeros(n, dtype=np.bool_) for k in (_KIND_USAGE, _KIND_PROD, _KIND_AGG)}
+        self.filter_agg = zeros()
+        self.filter_agg_found = np.zeros(n, dtype=np.bool_)
+        self.score_agg = zeros()
+        self.score_agg_found = np.zeros(n, dtype=np.bool_)
+        score_agg = la.aggregated.score_aggregation_type if la.aggregated else ""
+
+        expiration = la.node_metric_expiration_seconds
+        for i, node in enumerate(nodes.objects):
+            self.allocatable[i] = resource_vec(res, node_allocatable(node))
+            profile = threshold_profile(la, node)
+            self.thr[_KIND_USAGE][i] = la.vec(profile.usage)
+            self.thr[_KIND_PROD][i] = la.vec(profile.prod)
+            self.prod_enabled[i] = bool(profile.prod)
+            self.custom[_KIND_USAGE][i] = profile.custom_usage
+            self.custom[_KIND_PROD][i] = profile.custom_prod
+            if profile.agg is not None:
+                self.agg_enabled[i] = True
+                self.thr[_KIND_AGG][i] = la.vec(profile.agg)
+                self.custom[_KIND_AGG][i] = profile.custom_agg
+            metric = metrics.get(node.name)
+            if metric is None:
+                continue
+            self.has_metric[i] = True
+            self.has_status[i] = metric.has_node_metric
+            u = metric.update_time
+            self.update_time[i] = u
+            self.expired[i] = u is None or (now - u).total_seconds() >= expiration
+            self.report_interval[i] = metric.report_interval_seconds
+            if la.prod_usage_include_sys and metric.has_node_metric:
+                self.prod_usage[i] += resource_vec(res, metric.system_usage)
+            self.node_usage[i] = resource_vec(res, metric.node_usage)
+            for pm in metric.pods_usage:
+                if not pm.usage:
+                    continue
+                key = f"{pm.namespace}/{pm.name}"
+                self.pod_usage[i][key] = resource_vec(res, pm.usage)
+                if pm.priority_class == PRIORITY_PROD:
+                    self.prod_pods[i].add(key)
+            if metric.has_node_metric:
+                aggs = _agg_index(metric, res)
+                if profile.agg is not None:
+                    vec = self._target_agg(aggs, profile.agg_type, profile.agg_duration, i)
+                    if vec is not None:
+                        self.filter_agg[i] = vec
+                        self.filter_agg_found[i] = True
+                if score_agg:
+                    vec = self._target_agg(
+                        aggs, score_agg, la.aggregated.score_aggregated_duration, i
+                    )
+                    if vec is not None:
+                        self.score_agg[i] = vec
+                        self.score_agg_found[i] = True
+
+        self.weights = la.vec(la.resource_weights)
+        self.reasons = self._reason_table()
+        self.entries: dict[Task, _PodEntry] = {}
+        self._estimates: dict[Task, np.ndarray] = {}
+        for task in ssn.state.tasks + ssn.state.foreign_tasks:
+            self._sync(task)
+
+        ssn.add_event_handler(EventHandler(self._on_event, self._on_event))
+        ssn.add_batch_predicate_fn("loadaware", self._filter)
+        ssn.add_batch_node_order_fn(self._score)
+
+    def _target_agg(self, aggs: dict, kind: str, duration: float, i: int) -> np.ndarray | None:
+        vec = aggs.get((kind, duration))
+        if vec is None and duration == 0:
+            vec = self.node_usage[i]
+        return vec
+
+    def _reason_table(self) -> list[str]:
+        reasons = []
+        for custom in (False, True):
+            for kind in (_KIND_USAGE, _KIND_PROD, _KIND_AGG):
+                what = "aggregated usage" if kind == _KIND_AGG else "usage"
+                if custom:
+                    source = f"node annotation {ANN_CUSTOM_THRESHOLDS} {_KIND_ANN[kind]}"
+                else:
+                    source = f"loadaware {_KIND_ARG[kind]}"
+                for name in self.la.resources:
+                    reasons.append(f"node(s) {name} {what} exceed threshold ({source})")
+        reasons.append(
+            "node(s) nodeMetric expired (loadaware nodeMetricExpirationSeconds="
+            f"{self.la.node_metric_expiration_seconds})"
+        )
+        return reasons
+
+    # ------------------------------------------------------------------- cache
+    def _estimate(self, task: Task) -> np.ndarray:
+        e = self._estimates.get(task)
+        if e is None:
+            e = self._estimates[task] = estimate_pod(self.la, task.pod)
+        return e
+
+    def _on_event(self, event) -> None:
+        self._sync(event.task)
+
+    def _sync(self, task: Task) -> None:
+        node = _counted_node(task)
+        old = self.entries.get(task)
+        if old is not None:
+            if old.node == node:
+                return
+            self._apply(old, -1)
+            del self.entries[task]
+        if node >= 0 and self.has_metric[node]:
+            entry = self._entry(task, node)
+            self._apply(entry, +1)
+            self.entries[task] = entry
+
+    def _apply(self, entry: _PodEntry, sign: int) -> None:
+        i = entry.node
+        for vec, target in (
+            (entry.prod_usage, self.prod_usage),
+            (entry.node_delta, self.node_delta),
+            (entry.node_estimated, self.node_estimated),
+            (entry.prod_delta, self.prod_delta),
+        ):
+            if vec is not None:
+                target[i] += sign * vec
+
+    def _entry(self, task: Task, i: int) -> _PodEntry:
+        """A pod's contributions to its node's vectors (koordinator ``nodeInfo.addPod``)."""
+        pod = task.pod
+        key = task.key
+        u = self.pod_usage[i].get(key)
+        prod = koord_priority_class(pod) == PRIORITY_PROD
+        active_prod = prod and key in self.prod_pods[i]
+        entry = _PodEntry(i, u if active_prod else None, None, None, None)
+        e = self._estimate(task)
+        timestamp = pod_timestamp(pod, self.ssn.now)
+        deadline = estimate_deadline(self.la, pod, timestamp)
+        update = self.update_time[i]
+        if update is None:
+            fresh = True  # a zero update time: every real timestamp is after it
+        else:
+            since = (timestamp - update).total_seconds()
+            fresh = since > -self.report_interval[i] or (deadline is not None and deadline > update)
+        fresh = fresh or u is None
+        if fresh:
+            entry.node_delta = e - u if u is not None else e.copy()
+            np.maximum(entry.node_delta, 0, out=entry.node_delta)
+        entry.node_estimated = e
+        if prod:
+            pu = u
+            if not active_prod and u is not None:
+                pu, fresh = None, True
+            if fresh:
+                entry.prod_delta = np.maximum(e - pu, 0) if pu is not None else e.copy()
+        return entry
+
+    # ------------------------------------------------------------ filter/score
+    def _existing(
+        self, prod: np.ndarray, agg: np.ndarray, agg_usage: np.ndarray, agg_found: np.ndarray
+    ) -> np.ndarray:
+        """``B`` per node: prod rows, aggregated rows, or node usage rows."""
+        b = self.node_usage + self.node_delta
+        if agg.any():
+            rows = agg & agg_found
+            b[rows] = agg_usage[rows] + self.node_delta[rows]
+            rows = agg & ~agg_found
+            b[rows] = self.node_estimated[rows]
+        if prod.any():
+            b[prod] = self.prod_usage[prod] + self.prod_delta[prod]
+        return b
+
+    def _filter(self, task: Task, job: Job):
+        if is_daemonset_pod(task.pod):
+            return None
+        n = len(self.ssn.nodes)
+        r = len(self.la.resources)
+        is_prod = koord_priority_class(task.pod) == PRIORITY_PROD
+        prod = self.prod_enabled & is_prod
+        agg = ~prod & self.agg_enabled
+        kind = np.where(prod, _KIND_PROD, np.where(agg, _KIND_AGG, _KIND_USAGE))
+        thresholds = self.thr[_KIND_USAGE].copy()
+        thresholds[prod] = self.thr[_KIND_PROD][prod]
+        thresholds[agg] = self.thr[_KIND_AGG][agg]
+        existing = self._existing(prod, agg, self.filter_agg, self.filter_agg_found)
+
+        state = np.full(n, _CHECK, dtype=np.int64)
+        check_expiry = self.la.filter_expired_node_metrics
+        if check_expiry:
+            state[self.expired] = (
+                _PASS if self.la.enable_schedule_when_node_metrics_expired else _EXPIRED
+            )
+        state[~self.has_status & (state == _CHECK)] = _PASS
+        state[~self.has_metric] = _PASS
+        state[~thresholds.any(axis=1)] = _PASS
+
+        mask, code = self.ssn.backend.loadaware_filter(
+            existing, self._estimate(task), self.allocatable, thresholds, state
+        )
+        custom = np.zeros(n, dtype=np.bool_)
+        for k in (_KIND_USAGE, _KIND_PROD, _KIND_AGG):
+            custom |= (kind == k) & self.custom[k]
+        slot = (custom.astype(np.int64) * 3 + kind) * r + code
+        codes = np.where(code >= 0, slot, np.where(code == -2, 6 * r, -1))
+        return mask, codes, self.reasons
+
+    def _score(self, task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+        la = self.la
+        n = len(self.ssn.nodes)
+        prod_pod = la.score_according_prod_usage and (
+            koord_priority_class(task.pod) == PRIORITY_PROD
+        )
+        prod = np.full(n, prod_pod, dtype=np.bool_)
+        agg_score = bool(la.aggregated and la.aggregated.score_aggregation_type) and not prod_pod
+        agg = np.full(n, agg_score, dtype=np.bool_)
+        existing = self._existing(prod, agg, self.score_agg, self.score_agg_found)
+        valid = self.has_metric & ~self.expired & self.has_status
+        scores = self.ssn.backend.loadaware_score(
+            existing,
+            self._estimate(task),
+            self.allocatable,
+            self.weights,
+            la.dominant_resource_weight,
+            valid,
+        )
+        return scores.astype(np.float64) * la.score_weight
+
+    # ---------------------------------------------------------------- helpers
+    def node_state(self, name: str) -> dict:
+        """Debug view of one node's cached vectors (like koordinator's /node/:name)."""
+        i = self.ssn.nodes.index[name]
+        res = self.la.resources
+
+        def d(v: np.ndarray) -> dict[str, int]:
+            return {k: int(x) for k, x in zip(res, v)}
+
+        return {
+            "nodeUsage": d(self.node_usage[i]),
+            "prodUsage": d(self.prod_usage[i]),
+            "nodeDelta": d(self.node_delta[i]),
+            "prodDelta": d(self.prod_delta[i]),
+            "nodeEstimated": d(self.node_estimated[i]),
+            "pods": sorted(t.key for t, e in self.entries.items() if e.node == i),
+        }
+
+
+register_plugin("loadaware", LoadAwarePlugin)
