@@ -24,7 +24,12 @@ from kai.framework.session import Session
 
 def allocate(ssn: Session) -> None:
     jobs = schedulable_jobs(ssn)
-    queue = JobQueue(ssn, jobs, max_depth=ssn.config.queue_depth_per_action.get("allocate"))
+    queue = JobQueue(
+        ssn,
+        jobs,
+        max_depth=ssn.config.queue_depth_per_action.get("allocate"),
+        reuse_comparisons=True,
+    )
     while not queue.empty():
         job = queue.pop()
         if job is None:

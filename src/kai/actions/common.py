@@ -102,10 +102,21 @@ class JobQueue:
         *,
         victim_mode: bool = False,
         max_depth: int | None = None,
+        reuse_comparisons: bool = False,
     ) -> None:
         self.ssn = ssn
         self.victim_mode = victim_mode
         self.max_depth = max_depth
+        # Reuse a queue comparison while neither queue's subtree saw an allocate or
+        # deallocate event and the jobs compared are the same: only when every
+        # registered queue order function declares that it reads nothing but the two
+        # queues' state (``fn.queue_local = True``) and the caller changes queue state
+        # only through events (allocate does).  Decisions are unchanged.
+        self._memo: dict[tuple[str, str], tuple] | None = None
+        if reuse_comparisons and not victim_mode:
+            regs = ssn.registered("queue_order")
+            if all(getattr(reg.fn, "queue_local", False) for reg in regs):
+                self._memo = {}
         self.heaps: dict[str, list[_Entry]] = {}
         self.children: dict[str | None, list[str]] = {}
         self.popped: dict[str, list[Job]] = {}
@@ -169,7 +180,18 @@ class JobQueue:
                 lq, rq, ljob, rjob, self.popped.get(lname, []), self.popped.get(rname, [])
             )
             return result > 0
-        return self.ssn.queue_order(lq, rq, ljob, rjob) < 0
+        memo = self._memo
+        if memo is None:
+            return self.ssn.queue_order(lq, rq, ljob, rjob) < 0
+        versions = self.ssn.queue_versions
+        stamp = (ljob, rjob, versions[lname], versions[rname])
+        pair = (lname, rname)
+        hit = memo.get(pair)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        better = self.ssn.queue_order(lq, rq, ljob, rjob) < 0
+        memo[pair] = (stamp, better)
+        return better
 
     def pop(self) -> Job | None:
         best = self._best_among(self.children.get(None, []), {})
