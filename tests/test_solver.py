@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import kai
 from kai.backends import available_backends, get_backend
 from kai.solvers import SearchLimits
 from tests._kai_cluster import J, T, build, decisions, queue, statuses
@@ -208,3 +209,36 @@ def test_multi_node_gang_reclaim_spans_nodes() -> None:
     assert st["g-0"][0] == st["g-1"][0] == "Pipelined"
     assert st["g-0"][1] != st["g-1"][1]
     assert len(decisions(result, "evict")) == 4
+
+
+def test_scenario_search_budgets_come_from_the_configuration():
+    from kai.api.errors import ConfigError
+    from kai.snapshot.loader import load_objects
+
+    def config(budgets):
+        objs = load_objects(
+            [
+                {
+                    "apiVersion": "kai.scheduler/v1",
+                    "kind": "SchedulerConfiguration",
+                    "scenarioSearchBudgets": budgets,
+                }
+            ]
+        )
+        return kai.SchedulerConfig.from_object(objs.config)
+
+    limits = config(
+        {
+            "maxActionSearchDuration": {"reclaim": "10s"},
+            "maxJobSearchDuration": "2s",
+            "maxGeneratorSearchDuration": {"NodeLocalGreedy": "1s"},
+        }
+    ).search_limits
+    assert limits.action == {"default": 300.0, "reclaim": 10.0}
+    assert limits.job == 2.0
+    assert limits.generators["NodeLocalGreedy"] == 1.0
+    assert limits.generators["MultiNodeGang"] == 120.0  # KAI's default kept
+    with pytest.raises(ConfigError, match="maxGeneratorSearchDuration"):
+        config({"maxGeneratorSearchDuration": {"Bogus": "1s"}})
+    with pytest.raises(kai.InputError, match="maxJobSearchDuration"):
+        config({"maxJobSearchDuration": "-1s"})

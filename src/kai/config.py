@@ -13,6 +13,41 @@ from typing import Any
 
 from kai.api.errors import ConfigError
 from kai.api.objects import PluginOption, SchedulerConfigObject
+from kai.solvers.budget import SearchLimits
+
+# KAI-Scheduler's default scenario search budgets (seconds; 0 = unlimited).
+DEFAULT_ACTION_SEARCH = {"default": 300.0}
+DEFAULT_JOB_SEARCH = 240.0
+DEFAULT_GENERATOR_SEARCH = {"default": 120.0, "NodeLocalGreedy": 30.0, "MultiNodeGang": 120.0}
+SEARCH_ACTIONS = ("default", "reclaim", "preempt", "consolidation")
+SEARCH_GENERATORS = ("default", "NodeLocalGreedy", "MultiNodeGang")
+
+
+def search_limits_from(budgets: dict | None) -> SearchLimits:
+    """``scenarioSearchBudgets`` over KAI's defaults; unknown keys are errors."""
+    budgets = budgets or {}
+    actions = dict(DEFAULT_ACTION_SEARCH)
+    actions.update(budgets.get("maxActionSearchDuration", {}))
+    generators = dict(DEFAULT_GENERATOR_SEARCH)
+    generators.update(budgets.get("maxGeneratorSearchDuration", {}))
+    for key, known, what in (
+        (actions, SEARCH_ACTIONS, "maxActionSearchDuration"),
+        (generators, SEARCH_GENERATORS, "maxGeneratorSearchDuration"),
+    ):
+        unknown = sorted(set(key) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown key(s) {', '.join(unknown)} (expected {', '.join(known)})",
+                obj="SchedulerConfiguration",
+                field=f"scenarioSearchBudgets.{what}",
+            )
+    return SearchLimits(
+        action=actions,
+        job=budgets.get("maxJobSearchDuration", DEFAULT_JOB_SEARCH),
+        min_job=budgets.get("minJobSearchDuration", 0.0),
+        generators=generators,
+    )
+
 
 # KAI-Scheduler's action order.  Actions not built into this kai are left out of the
 # default list rather than faked.
@@ -49,6 +84,7 @@ class SchedulerConfig:
     queue_depth_per_action: dict[str, int] = field(default_factory=dict)
     reclaim_min_runtime: float = 0.0  # seconds, node-pool default
     preempt_min_runtime: float = 0.0
+    search_limits: SearchLimits = field(default_factory=lambda: search_limits_from(None))
 
     @classmethod
     def default(cls) -> SchedulerConfig:
@@ -101,6 +137,7 @@ class SchedulerConfig:
             queue_depth_per_action=depth,
             reclaim_min_runtime=(obj.reclaim_min_runtime or 0.0) if obj else 0.0,
             preempt_min_runtime=(obj.preempt_min_runtime or 0.0) if obj else 0.0,
+            search_limits=search_limits_from(obj.scenario_search_budgets if obj else None),
         )
         config.build_plugins()  # validate names and arguments now
         return config

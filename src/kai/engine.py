@@ -5,6 +5,7 @@ This is what ``import kai`` exposes; ``kai simulate`` is a thin layer over it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -175,13 +176,7 @@ def run_session(
     if not isinstance(config, SchedulerConfig):
         config = SchedulerConfig.from_object(config or snapshot.config, actions=actions)
     elif actions is not None:
-        config = SchedulerConfig(
-            list(actions),
-            config.tiers,
-            config.queue_depth_per_action,
-            config.reclaim_min_runtime,
-            config.preempt_min_runtime,
-        )
+        config = dataclasses.replace(config, actions=list(actions))
         SchedulerConfig.from_object(None, actions=actions)  # validates the names
     state = snapshot.state()
     ssn = Session(state, config, now=parse_now(now), backend=backend)

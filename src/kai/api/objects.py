@@ -242,6 +242,9 @@ class SchedulerConfigObject:
     queue_depth_per_action: dict[str, int] = field(default_factory=dict)
     reclaim_min_runtime: float | None = None  # seconds
     preempt_min_runtime: float | None = None
+    # scenarioSearchBudgets as parsed: durations in seconds; maps keyed by action or
+    # generator name (maxActionSearchDuration, maxGeneratorSearchDuration).
+    scenario_search_budgets: dict[str, Any] | None = None
     source: Source | None = None
 
 

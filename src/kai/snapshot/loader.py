@@ -726,7 +726,16 @@ def _parse_node_metric(ctx: _Ctx, obj: dict, meta: dict, name: str) -> NodeMetri
     )
 
 
-_CONFIG_KEYS = ("actions", "tiers", "queueDepthPerAction", "reclaimMinRuntime", "preemptMinRuntime")
+_CONFIG_KEYS = (
+    "actions",
+    "tiers",
+    "queueDepthPerAction",
+    "reclaimMinRuntime",
+    "preemptMinRuntime",
+    "scenarioSearchBudgets",
+)
+_BUDGET_MAP_KEYS = ("maxActionSearchDuration", "maxGeneratorSearchDuration")
+_BUDGET_KEYS = ("maxJobSearchDuration", "minJobSearchDuration", *_BUDGET_MAP_KEYS)
 
 
 def _config_error(ctx: _Ctx, message: str, field: str | None = None) -> ConfigError:
@@ -836,8 +845,38 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
         queue_depth_per_action=depth,
         reclaim_min_runtime=duration("reclaimMinRuntime"),
         preempt_min_runtime=duration("preemptMinRuntime"),
+        scenario_search_budgets=_parse_search_budgets(ctx, body, prefix),
         source=ctx.source(),
     )
+
+
+def _parse_search_budgets(ctx: _Ctx, body: dict, prefix: str) -> dict | None:
+    """``scenarioSearchBudgets``: durations in seconds, maps keyed by action/generator."""
+    raw = body.get("scenarioSearchBudgets")
+    if raw is None:
+        return None
+    f = prefix + "scenarioSearchBudgets"
+    if not isinstance(raw, dict):
+        raise _config_error(ctx, f"expected a map, got {_type_name(raw)}", f)
+
+    def seconds(value: object, field: str) -> float:
+        try:
+            return _duration(ctx, value, field, allow_negative=False) or 0.0
+        except InputError as exc:
+            raise _config_error(ctx, exc.message, exc.field) from None
+
+    out: dict = {}
+    for key, value in raw.items():
+        kf = _key_path(f, str(key))
+        if key not in _BUDGET_KEYS:
+            raise _config_error(ctx, f"unknown key (expected one of {', '.join(_BUDGET_KEYS)})", kf)
+        if key in _BUDGET_MAP_KEYS:
+            if not isinstance(value, dict):
+                raise _config_error(ctx, f"expected a map, got {_type_name(value)}", kf)
+            out[key] = {str(k): seconds(v, _key_path(kf, str(k))) for k, v in value.items()}
+        else:
+            out[key] = seconds(value, kf)
+    return out
 
 
 def _parse_generic(

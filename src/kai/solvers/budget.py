@@ -24,9 +24,12 @@ class SearchLimits:
 
     @classmethod
     def for_session(cls, ssn) -> SearchLimits:
-        """Limits a session may override through ``ssn.cache['solver.limits']``."""
+        """The configured limits, unless overridden through ``ssn.cache['solver.limits']``."""
         limits = ssn.cache.get("solver.limits")
-        return limits if isinstance(limits, SearchLimits) else cls()
+        if isinstance(limits, SearchLimits):
+            return limits
+        configured = getattr(ssn.config, "search_limits", None)
+        return configured if isinstance(configured, SearchLimits) else cls()
 
 
 def _deadline(seconds: float, now: float) -> float:
