@@ -100,5 +100,154 @@ def simulate(snapshot, config_file, actions, now, output, explain, backend) -> N
         click.echo(render_table(result, explain=explain))
 
 
+def _duration_option(name: str, value: str) -> float:
+    from kai.api.quantity import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except ValueError as err:
+        raise InputError(str(err), obj=name) from None
+    if seconds <= 0:
+        raise InputError(f"must be positive, got {value!r}", obj=name)
+    return seconds
+
+
+@main.command()
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Kubeconfig file.")
+@click.option("--context", help="Kubeconfig context (default: its current context).")
+@click.option(
+    "--scheduler-name",
+    default="kai-scheduler",
+    show_default=True,
+    help="Schedule the pods whose spec.schedulerName is this.",
+)
+@click.option(
+    "--schedule-period",
+    default="1s",
+    show_default=True,
+    help="Pause between the end of a cycle and the next (Go duration).",
+)
+@click.option(
+    "--scheduler-conf",
+    type=click.Path(dir_okay=False),
+    help="SchedulerConfiguration file (default: KAI's built-in configuration).",
+)
+@click.option(
+    "--nodepool-label-key",
+    default="kai.scheduler/node-pool",
+    show_default=True,
+    help="Label that splits nodes, queues and podgroups into node pools.",
+)
+@click.option(
+    "--partition-label-value",
+    default="",
+    show_default=True,
+    help="This scheduler's node pool; empty means objects without the label.",
+)
+@click.option(
+    "--listen-address",
+    default=":8080",
+    show_default=True,
+    help="Address of /metrics, /healthz and /readyz (port 0: any free port).",
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=True,
+    show_default=True,
+    help="Elect one active replica with a coordination.k8s.io Lease.",
+)
+@click.option("--lease-namespace", default="kai-scheduler", show_default=True)
+@click.option("--lease-name", default="kai-scheduler", show_default=True)
+@click.option("--once", is_flag=True, help="Run one cycle after the cache syncs, then exit.")
+@click.option("--dry-run", is_flag=True, help="Compute and log decisions; write nothing.")
+@click.option(
+    "--backend",
+    type=click.Choice(["native", "numba", "python"]),
+    help="Compute backend (default: native when built, else numba).",
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def run(
+    kubeconfig,
+    context,
+    scheduler_name,
+    schedule_period,
+    scheduler_conf,
+    nodepool_label_key,
+    partition_label_value,
+    listen_address,
+    leader_elect,
+    lease_namespace,
+    lease_name,
+    once,
+    dry_run,
+    backend,
+    log_level,
+) -> None:
+    """The live scheduler: watch the cluster, schedule every period, bind and evict."""
+    import logging
+    import signal
+
+    from kai.config import SchedulerConfig
+    from kai.k8s.scheduler import Scheduler, SchedulerOptions
+    from kai.k8s.server import parse_listen_address
+
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    period = _duration_option("--schedule-period", schedule_period)
+    try:
+        parse_listen_address(listen_address)
+    except ValueError as err:
+        raise InputError(str(err), obj="--listen-address") from None
+    config_obj = None
+    if scheduler_conf:
+        from kai.snapshot.loader import load_config_file
+
+        config_obj = load_config_file(scheduler_conf)
+    config = SchedulerConfig.from_object(config_obj)
+    from kai.k8s.client import KubeClient
+
+    try:
+        client = KubeClient.from_config(kubeconfig, context)
+    except Exception as err:  # noqa: BLE001 - a config problem is a usage error
+        raise InputError(
+            f"cannot load the Kubernetes configuration: {err}", obj="--kubeconfig"
+        ) from None
+    options = SchedulerOptions(
+        scheduler_name=scheduler_name,
+        schedule_period=period,
+        nodepool_label_key=nodepool_label_key,
+        partition_label_value=partition_label_value,
+        listen_address=listen_address,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        dry_run=dry_run,
+        backend=backend,
+    )
+    scheduler = Scheduler(client, options, config)
+
+    def _on_signal(signum, _frame) -> None:
+        logging.getLogger("kai").info("signal %d: shutting down", signum)
+        scheduler.stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, _on_signal)
+        except ValueError:  # not the main thread (embedded use): no handlers
+            pass
+    try:
+        code = scheduler.run_once() if once else scheduler.run()
+    finally:
+        client.close()
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

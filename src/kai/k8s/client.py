@@ -1,0 +1,391 @@
+"""A thin wrapper over the official ``kubernetes`` client for what the live scheduler does.
+
+Reads (list, watch) return the API server's JSON as plain dicts (camelCase, exactly what
+:mod:`kai.snapshot.loader` reads): every call passes ``_preload_content=False`` so the
+client's typed models, and their slow snake_case round trip, are never built.  That also
+sidesteps the client's known bug on ``create_namespaced_pod_binding``, whose response is a
+``Status`` that fails to deserialize as a ``V1Binding`` (``target`` must not be None).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ApiException", "Kind", "KINDS", "KubeClient", "status_of"]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind the scheduler watches."""
+
+    name: str  # Pod
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("Node", "", "v1", "nodes", False),
+        Kind("Pod", "", "v1", "pods", True),
+        Kind("PodGroup", "scheduling.run.ai", "v2alpha2", "podgroups", True),
+        Kind("Queue", "scheduling.run.ai", "v2", "queues", False),
+        Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", False),
+        Kind("NodeMetric", "slo.koordinator.sh", "v1alpha1", "nodemetrics", False),
+    )
+}
+POD_GROUP = KINDS["PodGroup"]
+
+
+def status_of(err: BaseException) -> int:
+    """HTTP status of a client error; 0 for connection-level failures."""
+    return int(getattr(err, "status", 0) or 0) if isinstance(err, ApiException) else 0
+
+
+def _drain(resp: Any) -> None:
+    """Read the rest of a raw response before its connection goes back to the pool:
+    unread bytes would be taken for the start of the next response on it."""
+    try:
+        resp.read()
+    finally:
+        resp.release_conn()
+
+
+def _json(resp: Any) -> Any:
+    try:
+        data = resp.data if hasattr(resp, "data") else resp.read()
+        return json.loads(data) if data else {}
+    finally:
+        _drain(resp)
+
+
+class KubeClient:
+    """The API calls of the live scheduler, on one ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.core = k8s.CoreV1Api(api_client)
+        self.custom = k8s.CustomObjectsApi(api_client)
+        self.scheduling = k8s.SchedulingV1Api(api_client)
+        self.coordination = k8s.CoordinationV1Api(api_client)
+        self.timeout = request_timeout
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_config(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        *,
+        qps_pool: int = 32,
+    ) -> KubeClient:
+        """Kubeconfig when given (or $KUBECONFIG / ~/.kube/config), else in-cluster config."""
+        cfg = k8s.Configuration()
+        if kubeconfig or context:
+            k8s_config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+        else:
+            try:
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            except k8s_config.ConfigException:
+                k8s_config.load_kube_config(client_configuration=cfg)
+        return cls.from_configuration(cfg, qps_pool=qps_pool)
+
+    @classmethod
+    def from_configuration(cls, cfg: k8s.Configuration, *, qps_pool: int = 32) -> KubeClient:
+        # Watches hold one connection each and binds run in parallel: a pool smaller than
+        # that makes urllib3 open and discard connections with a warning each time.
+        cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, qps_pool)
+        return cls(k8s.ApiClient(cfg))
+
+    @classmethod
+    def for_host(cls, host: str) -> KubeClient:
+        cfg = k8s.Configuration()
+        cfg.host = host
+        return cls.from_configuration(cfg)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    # ------------------------------------------------------------------ list / watch
+    def _list_call(self, kind: Kind, **kw: Any) -> Any:
+        kw["_preload_content"] = False
+        if kind.name == "Pod":
+            return self.core.list_pod_for_all_namespaces(**kw)
+        if kind.name == "Node":
+            return self.core.list_node(**kw)
+        if kind.name == "PriorityClass":
+            return self.scheduling.list_priority_class(**kw)
+        # Namespaced CRDs too: the cluster-wide path lists every namespace.
+        return self.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural, **kw)
+
+    def list(self, kind: Kind, *, page_size: int = 500) -> tuple[list[dict], str]:
+        """All objects of a kind (paged), and the list's resourceVersion to watch from."""
+        items: list[dict] = []
+        token: str | None = None
+        while True:
+            kw: dict[str, Any] = {"limit": page_size, "_request_timeout": self.timeout}
+            if token:
+                kw["_continue"] = token
+            body = _json(self._list_call(kind, **kw))
+            for item in body.get("items") or []:
+                # List items omit apiVersion and kind; the loader needs them.
+                item.setdefault("apiVersion", kind.api_version)
+                item.setdefault("kind", kind.name)
+                items.append(item)
+            meta = body.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self, kind: Kind, resource_version: str, *, timeout_seconds: int = 300
+    ) -> WatchStream:
+        """Open a watch from ``resource_version``; iterate the stream for (type, object)."""
+        resp = self._list_call(
+            kind,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds,
+            # The read timeout only guards against a silently dead connection.
+            _request_timeout=(self.timeout, timeout_seconds + 30),
+        )
+        return WatchStream(resp, kind)
+
+    # ------------------------------------------------------------------ writes
+    def bind(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+        body = k8s.V1Binding(
+            api_version="v1",
+            kind="Binding",
+            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        # _preload_content=False: the response is a Status, not a Binding (client bug).
+        resp = self.core.create_namespaced_pod_binding(
+            name, namespace, body, _preload_content=False, _request_timeout=self.timeout
+        )
+        _drain(resp)
+
+    def evict(self, namespace: str, name: str) -> None:
+        body = k8s.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
+        )
+        resp = self.core.create_namespaced_pod_eviction(
+            name, namespace, body, _preload_content=False, _request_timeout=self.timeout
+        )
+        _drain(resp)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        resp = self.core.delete_namespaced_pod(
+            name, namespace, _preload_content=False, _request_timeout=self.timeout
+        )
+        _drain(resp)
+
+    def patch_pod_group(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of a PodGroup's metadata/spec; returns the updated object."""
+        k = POD_GROUP
+        return _json(
+            self.custom.patch_namespaced_custom_object(
+                k.group,
+                k.version,
+                namespace,
+                k.plural,
+                name,
+                patch,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def patch_pod_group_status(self, namespace: str, name: str, status: dict) -> dict:
+        k = POD_GROUP
+        return _json(
+            self.custom.patch_namespaced_custom_object_status(
+                k.group,
+                k.version,
+                namespace,
+                k.plural,
+                name,
+                {"status": status},
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def create_event(
+        self,
+        involved: dict,
+        *,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
+        component: str = "kai-scheduler",
+        instance: str = "",
+        now: datetime | None = None,
+    ) -> None:
+        """A core/v1 Event about ``involved`` (apiVersion, kind, name, namespace, uid)."""
+        now = now or datetime.now(timezone.utc)
+        namespace = involved.get("namespace") or "default"
+        body = k8s.CoreV1Event(
+            metadata=k8s.V1ObjectMeta(generate_name=f"{involved['name']}.", namespace=namespace),
+            involved_object=k8s.V1ObjectReference(
+                api_version=involved.get("apiVersion"),
+                kind=involved.get("kind"),
+                name=involved["name"],
+                namespace=involved.get("namespace"),
+                uid=involved.get("uid") or None,
+            ),
+            reason=reason,
+            message=message[:1024],
+            type=type_,
+            count=1,
+            first_timestamp=now,
+            last_timestamp=now,
+            source=k8s.V1EventSource(component=component),
+            reporting_component=component,
+            reporting_instance=instance or component,
+        )
+        resp = self.core.create_namespaced_event(
+            namespace, body, _preload_content=False, _request_timeout=self.timeout
+        )
+        _drain(resp)
+
+    # ------------------------------------------------------------------ leases
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        try:
+            resp = self.coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return _json(resp)
+
+    def create_lease(self, namespace: str, lease: dict) -> dict:
+        resp = self.coordination.create_namespaced_lease(
+            namespace, _lease_model(lease), _preload_content=False, _request_timeout=self.timeout
+        )
+        return _json(resp)
+
+    def update_lease(self, namespace: str, lease: dict) -> dict:
+        """Replace a Lease; its metadata.resourceVersion makes it a compare-and-swap."""
+        name = lease["metadata"]["name"]
+        resp = self.coordination.replace_namespaced_lease(
+            name,
+            namespace,
+            _lease_model(lease),
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        return _json(resp)
+
+
+def _parse_micro(value: Any) -> datetime | None:
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value
+    from kai.api.quantity import parse_time
+
+    return parse_time(str(value))
+
+
+def _lease_model(lease: dict) -> k8s.V1Lease:
+    meta = lease.get("metadata") or {}
+    spec = lease.get("spec") or {}
+    return k8s.V1Lease(
+        api_version="coordination.k8s.io/v1",
+        kind="Lease",
+        metadata=k8s.V1ObjectMeta(
+            name=meta.get("name"),
+            namespace=meta.get("namespace"),
+            resource_version=meta.get("resourceVersion"),
+        ),
+        spec=k8s.V1LeaseSpec(
+            holder_identity=spec.get("holderIdentity"),
+            lease_duration_seconds=spec.get("leaseDurationSeconds"),
+            acquire_time=_parse_micro(spec.get("acquireTime")),
+            renew_time=_parse_micro(spec.get("renewTime")),
+            lease_transitions=spec.get("leaseTransitions"),
+        ),
+    )
+
+
+class WatchStream:
+    """Iterates the events of one watch response; ``close()`` from another thread ends it."""
+
+    def __init__(self, resp: Any, kind: Kind) -> None:
+        self.resp = resp
+        self.kind = kind
+        self.closed = False
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        try:
+            yield from self._events()
+        except Exception:
+            if self.closed:  # closed by us: the read error is how the stream ends
+                return
+            raise
+
+    def _events(self) -> Iterator[tuple[str, dict]]:
+        buffer = bytearray()
+        for chunk in self.resp.stream(amt=None, decode_content=False):
+            buffer.extend(chunk)
+            while True:
+                nl = buffer.find(b"\n")
+                if nl < 0:
+                    break
+                line = bytes(buffer[:nl]).strip()
+                del buffer[: nl + 1]
+                if not line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    log.warning("watch %s: undecodable line dropped", self.kind.name)
+                    continue
+                obj = event.get("object") or {}
+                if event.get("type") != "ERROR":
+                    obj.setdefault("apiVersion", self.kind.api_version)
+                    obj.setdefault("kind", self.kind.name)
+                yield str(event.get("type") or ""), obj
+
+    def close(self) -> None:
+        # shutdown() (urllib3 >= 2.3) unblocks a read in progress in another thread.
+        self.closed = True
+        shutdown = getattr(self.resp, "shutdown", None)
+        try:
+            if shutdown is not None:
+                shutdown()
+            self.resp.close()
+        except Exception:  # noqa: BLE001 - closing a dead socket may fail; nothing to do
+            pass
+        finally:
+            try:
+                self.resp.release_conn()
+            except Exception:  # noqa: BLE001
+                pass

@@ -1,0 +1,314 @@
+"""The live scheduler loop behind ``kai run``.
+
+Start the informer cache, the HTTP endpoints and (optionally) leader election; once the
+cache has synced, run a cycle, wait ``schedule_period`` from the end of that cycle (KAI's
+sliding ``wait.Until``), and repeat.  A cycle snapshots the cache, runs one session and
+applies its decisions.  Only the leader runs cycles; standbys keep their cache warm.  A
+cycle that fails is logged and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from kai.api.model import ClusterState
+from kai.api.objects import ClusterObjects
+from kai.config import SchedulerConfig
+from kai.engine import SessionResult, Snapshot, run_session
+from kai.k8s.binder import ApplyReport, Binder, EventRecorder, _ref
+from kai.k8s.cache import CacheSnapshot, ClusterCache
+from kai.k8s.client import KubeClient
+from kai.k8s.leader import LeaderElector, default_identity
+from kai.k8s.metrics import SchedulerMetrics
+from kai.k8s.server import HealthServer
+from kai.snapshot.builder import build_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SchedulerOptions:
+    scheduler_name: str = "kai-scheduler"
+    schedule_period: float = 1.0  # seconds between the end of a cycle and the next
+    nodepool_label_key: str = "kai.scheduler/node-pool"
+    partition_label_value: str = ""
+    listen_address: str | None = ":8080"  # None: no HTTP endpoints
+    leader_elect: bool = True
+    lease_namespace: str = "kai-scheduler"
+    lease_name: str = "kai-scheduler"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    identity: str | None = None
+    dry_run: bool = False
+    sync_timeout: float = 120.0
+    backend: str | None = None
+    bind_workers: int = 16
+    bind_attempts: int = 3
+    bind_backoff: float = 0.2
+    watch_timeout: int = 300
+    event_repeat_after: float = 600.0
+
+    @property
+    def nodepool(self) -> str:
+        return self.partition_label_value or "default"
+
+
+class LiveSnapshot(Snapshot):
+    """A snapshot whose pods are scheduled when they name this scheduler."""
+
+    def __init__(self, objects: ClusterObjects, scheduler_name: str) -> None:
+        super().__init__(objects)
+        self.scheduler_name = scheduler_name
+
+    def state(self) -> ClusterState:
+        return build_state(self.objects, scheduler_name=self.scheduler_name)
+
+
+@dataclass
+class CycleReport:
+    ok: bool
+    result: SessionResult | None = None
+    applied: ApplyReport | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        client: KubeClient,
+        options: SchedulerOptions | None = None,
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        self.client = client
+        self.options = opts = options or SchedulerOptions()
+        self.config = config or SchedulerConfig.default()
+        self.identity = opts.identity or default_identity()
+        self.metrics = SchedulerMetrics()
+        self.cache = ClusterCache(
+            client,
+            nodepool_label_key=opts.nodepool_label_key,
+            partition_label_value=opts.partition_label_value,
+            watch_timeout=opts.watch_timeout,
+        )
+        self.cache.on_relist = lambda kind: self.metrics.cache_relists.labels(kind).inc()
+        self.events = EventRecorder(
+            client,
+            component=opts.scheduler_name,
+            instance=self.identity,
+            repeat_after=opts.event_repeat_after,
+        )
+        self.binder = Binder(
+            client,
+            self.cache,
+            self.metrics,
+            self.events,
+            nodepool=opts.nodepool,
+            workers=opts.bind_workers,
+            attempts=opts.bind_attempts,
+            backoff=opts.bind_backoff,
+        )
+        self.elector: LeaderElector | None = None
+        if opts.leader_elect and not opts.dry_run:
+            self.elector = LeaderElector(
+                client,
+                opts.lease_namespace,
+                opts.lease_name,
+                identity=self.identity,
+                lease_duration=opts.lease_duration,
+                renew_deadline=opts.renew_deadline,
+                retry_period=opts.retry_period,
+                on_started=lambda: self.metrics.is_leader.set(1),
+                on_stopped=lambda: self.metrics.is_leader.set(0),
+            )
+        self.server: HealthServer | None = None
+        self.stop_event = threading.Event()
+        self.cycles = 0
+        self._heartbeat = time.monotonic()
+        self._started = False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader
+
+    def _healthy(self) -> tuple[bool, str]:
+        # The loop beats every period even as a standby; a long silence means it is stuck.
+        limit = max(60.0, 20 * self.options.schedule_period)
+        age = time.monotonic() - self._heartbeat
+        if age > limit:
+            return False, f"the scheduling loop has not run for {age:.0f}s"
+        return True, "ok"
+
+    def _ready(self) -> tuple[bool, str]:
+        if not self.cache.synced:
+            return False, "cache not synced"
+        return True, "ok"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the cache, the endpoints and the election (not the loop)."""
+        if self._started:
+            return
+        self._started = True
+        if self.options.listen_address is not None:
+            self.server = HealthServer(
+                self.options.listen_address,
+                metrics=self.metrics.render,
+                healthy=self._healthy,
+                ready=self._ready,
+            )
+            self.server.start()
+        self.cache.start()
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            self.metrics.is_leader.set(1)
+
+    def shutdown(self) -> None:
+        self.stop_event.set()
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        self.cache.stop()
+        self.binder.close()
+        if self.server is not None:
+            self.server.stop()
+        log.info("scheduler stopped")
+
+    def stop(self) -> None:
+        """Ask the loop to end (from a signal handler or another thread)."""
+        self.stop_event.set()
+
+    def run(self) -> int:
+        """The loop; returns an exit code once stopped."""
+        self.start()
+        try:
+            if not self._wait_for_sync():
+                return 1 if not self.stop_event.is_set() else 0
+            log.info(
+                "cache synced; scheduling every %.3gs as %s",
+                self.options.schedule_period,
+                self.identity,
+            )
+            while not self.stop_event.is_set():
+                self._heartbeat = time.monotonic()
+                if self.is_leader:
+                    self.cycle()
+                self.stop_event.wait(self.options.schedule_period)
+            return 0
+        finally:
+            self.shutdown()
+
+    def run_once(self, leadership_timeout: float | None = None) -> int:
+        """One cycle (after sync and, with election, after taking the lease), then stop."""
+        self.start()
+        try:
+            if not self._wait_for_sync():
+                return 1
+            if self.elector is not None:
+                wait = leadership_timeout
+                if wait is None:
+                    wait = self.options.lease_duration + 2 * self.options.retry_period
+                if not self.elector.wait_for_leadership(wait):
+                    log.error(
+                        "another replica holds the lease %s/%s; not scheduling",
+                        self.options.lease_namespace,
+                        self.options.lease_name,
+                    )
+                    return 1
+            report = self.cycle()
+            return 0 if report.ok else 1
+        finally:
+            self.shutdown()
+
+    def _wait_for_sync(self) -> bool:
+        deadline = time.monotonic() + self.options.sync_timeout
+        while not self.stop_event.is_set():
+            if self.cache.wait_for_sync(0.2):
+                return True
+            self._heartbeat = time.monotonic()
+            if time.monotonic() > deadline:
+                log.error("the cache did not sync in %.0fs", self.options.sync_timeout)
+                return False
+        return False
+
+    # ------------------------------------------------------------------ one cycle
+    def cycle(self) -> CycleReport:
+        start = time.perf_counter()
+        self.cycles += 1
+        try:
+            report = self._cycle()
+            self.metrics.cycles.labels("ok").inc()
+        except Exception as err:  # noqa: BLE001 - one bad cycle never stops the loop
+            log.exception("scheduling cycle %d failed", self.cycles)
+            self.metrics.cycles.labels("error").inc()
+            report = CycleReport(False, error=f"{type(err).__name__}: {err}")
+        report.seconds = time.perf_counter() - start
+        self.metrics.e2e_latency.set(report.seconds * 1000.0)
+        return report
+
+    def _cycle(self) -> CycleReport:
+        t0 = time.perf_counter()
+        snap = self.cache.snapshot()
+        self._report_bad(snap)
+        now = datetime.now(timezone.utc)
+        self.metrics.open_session_latency.set((time.perf_counter() - t0) * 1000.0)
+        result = run_session(
+            LiveSnapshot(snap.objects, self.options.scheduler_name),
+            config=self.config,
+            now=now,
+            backend=self.options.backend,
+        )
+        self.metrics.action_latency.clear()
+        for action, seconds in result.action_seconds.items():
+            self.metrics.action_latency.labels(action).set(seconds * 1000.0)
+        self.metrics.set_queues(result.queues)
+        if self.options.dry_run:
+            for d in result.decisions:
+                log.info("dry-run decision: %s", json.dumps(d.to_json(), sort_keys=True))
+            return CycleReport(True, result)
+        if not self.is_leader:
+            log.warning("lost the lease during the cycle; its decisions are dropped")
+            return CycleReport(True, result)
+        applied = self.binder.apply(result, snap, now)
+        if result.decisions or applied.bind_failed or applied.evict_failed:
+            log.info(
+                "cycle %d: %d decision(s); %s",
+                self.cycles,
+                len(result.decisions),
+                applied.summary(),
+            )
+        return CycleReport(True, result, applied)
+
+    def _report_bad(self, snap: CacheSnapshot) -> None:
+        self.metrics.bad_objects.set(len(snap.bad))
+        for bad in snap.bad:
+            involved = _ref(bad.raw)
+            where = f"{bad.kind} {involved.get('namespace') or ''}/{involved.get('name')}"
+            message = f"left out of scheduling: {bad.error}"
+            if not self.events.should_send(involved, "InvalidObject", message):
+                continue  # reported already
+            log.warning("%s: %s", where, message)
+            if not self.options.dry_run:
+                self._send_invalid(involved, message)
+
+    def _send_invalid(self, involved: dict, message: str) -> None:
+        if not involved.get("namespace"):
+            involved = {**involved, "namespace": "default"}  # events of cluster objects
+        try:
+            self.client.create_event(
+                involved,
+                reason="InvalidObject",
+                message=message,
+                type_="Warning",
+                component=self.options.scheduler_name,
+                instance=self.identity,
+            )
+        except Exception as err:  # noqa: BLE001 - best effort
+            log.warning("event for an invalid object failed: %s", err)

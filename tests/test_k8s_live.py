@@ -1,0 +1,472 @@
+"""The live scheduler (``kai run``) against a fake Kubernetes API server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kai.cli import main
+from kai.k8s.cache import ClusterCache
+from kai.k8s.client import KINDS, KubeClient
+from kai.k8s.leader import LeaderElector
+from kai.k8s.scheduler import Scheduler, SchedulerOptions
+from kai.k8s.server import parse_listen_address
+from tests import factory as f
+from tests.fake_apiserver import FakeApiServer
+
+LAST_START = "kai.scheduler/last-start-timestamp"
+OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1", "controller": True}]
+
+
+_OURS = ("informer-", "leader-election", "kai-bind", "kai-http")
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_threads() -> Iterator[None]:
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [t.name for t in threading.enumerate() if t.name.startswith(_OURS)]
+        if not left:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"threads left running: {left}")
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    server = FakeApiServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def client(api: FakeApiServer) -> Iterator[KubeClient]:
+    c = KubeClient.for_host(api.url)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _options(**kw) -> SchedulerOptions:
+    base = dict(
+        listen_address=None,
+        leader_elect=False,
+        schedule_period=0.05,
+        sync_timeout=5.0,
+        bind_backoff=0.01,
+    )
+    base.update(kw)
+    return SchedulerOptions(**base)
+
+
+def _owned(objs: list[dict]) -> list[dict]:
+    for o in objs:
+        if o["kind"] == "Pod":
+            o["metadata"]["ownerReferences"] = OWNER
+    return objs
+
+
+def _node_of(api: FakeApiServer, name: str) -> str | None:
+    pod = api.get("Pod", name, "default")
+    return None if pod is None else pod["spec"].get("nodeName")
+
+
+# ---------------------------------------------------------------------- cache
+
+
+def test_cache_syncs_then_follows_the_watch(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1"))
+    api.put(f.pod("p1"))
+    cache = ClusterCache(client, retry_backoff=0.05)
+    cache.start()
+    try:
+        assert cache.wait_for_sync(5)
+        snap = cache.snapshot()
+        assert [n.name for n in snap.objects.nodes] == ["n1"]
+        assert [p.key for p in snap.objects.pods] == ["default/p1"]
+        first_pod = snap.objects.pods[0]
+
+        api.put(f.pod("p2"))
+        api.put(f.pod("p1", node="n1"))  # modified
+        api.put(f.queue("q"))
+        assert api.wait_for(lambda: cache.count("Pod") == 2 and cache.count("Queue") == 1)
+        assert api.wait_for(lambda: cache.get("Pod", "default", "p1")["spec"].get("nodeName"))
+        snap = cache.snapshot()
+        pods = {p.key: p for p in snap.objects.pods}
+        assert pods["default/p1"].node_name == "n1"
+        assert pods["default/p1"] is not first_pod
+        # An unchanged object is not converted again.
+        again = {p.key: p for p in cache.snapshot().objects.pods}
+        assert again["default/p2"] is pods["default/p2"]
+
+        api.delete("Pod", "p2", "default")
+        assert api.wait_for(lambda: cache.count("Pod") == 1)
+        assert api.list_count["pods"] == 1  # no relist needed
+    finally:
+        cache.stop()
+
+
+def test_cache_relists_after_410_gone(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.pod("p1"))
+    cache = ClusterCache(client, kinds=[KINDS["Pod"]], retry_backoff=0.05)
+    cache.start()
+    try:
+        assert cache.wait_for_sync(5)
+        api.gone_next_watch.add("pods")
+        api.end_watches()  # the watch ends; the next one answers 410 Gone
+        api.put(f.pod("p2"))
+        assert api.wait_for(lambda: api.list_count.get("pods", 0) >= 2)
+        assert api.wait_for(lambda: cache.count("Pod") == 2)
+        assert cache.relists["Pod"] >= 1
+    finally:
+        cache.stop()
+
+
+def test_bad_object_is_skipped_and_reported(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1"))
+    api.put(f.queue("q"))
+    api.put(f.pod("bad", cpu="lots", queue="q"))
+    api.put(f.pod("good", queue="q"))
+    sched = Scheduler(client, _options())
+    assert sched.run_once() == 0
+    assert _node_of(api, "good") == "n1"
+    assert _node_of(api, "bad") is None
+    invalid = [e for e in api.events() if e["reason"] == "InvalidObject"]
+    assert invalid and invalid[0]["involvedObject"]["name"] == "bad"
+    assert invalid[0]["type"] == "Warning"
+
+
+# ---------------------------------------------------------------------- one cycle
+
+
+def test_run_once_binds_and_patches_the_podgroup(api: FakeApiServer, tmp_path: Path) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q"))
+    for o in f.gang("train", 2, gpus=1):
+        api.put(o)
+    for o in f.gang("big", 3, gpus=1):  # cannot fit next to train: pending
+        api.put(o)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(api.kubeconfig())
+    args = ["run", "--kubeconfig", str(kubeconfig), "--once", "--no-leader-elect"]
+    args += ["--listen-address", "127.0.0.1:0", "--schedule-period", "100ms"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+
+    assert _node_of(api, "train-0") == "n1" and _node_of(api, "train-1") == "n1"
+    assert len(api.calls("POST", "/binding")) == 2
+    pg = api.get("PodGroup", "train", "default")
+    assert LAST_START in pg["metadata"]["annotations"]
+    # The pending gang: a condition and an event that say why.
+    big = api.get("PodGroup", "big", "default")
+    (cond,) = big["status"]["schedulingConditions"]
+    assert cond["type"] == "UnschedulableOnNodePool" and "gang" in cond["message"]
+    events = [e for e in api.events() if e["reason"] == "Unschedulable"]
+    assert [e["involvedObject"]["name"] for e in events] == ["big"]
+    assert events[0]["type"] == "Warning" and events[0]["message"] == cond["message"]
+    assert events[0]["source"]["component"] == "kai-scheduler"
+
+
+def test_dry_run_writes_nothing(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1"))
+    api.put(f.queue("q"))
+    api.put(f.pod("p", queue="q"))
+    sched = Scheduler(client, _options(dry_run=True))
+    report_holder = []
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        report_holder.append(sched.cycle())
+    finally:
+        sched.shutdown()
+    report = report_holder[0]
+    assert report.ok and [d.type for d in report.result.decisions] == ["bind"]
+    assert [r for r in api.requests if r[0] != "GET"] == []
+
+
+def test_failed_bind_rolls_back_the_gang(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=4))
+    api.put(f.queue("q"))
+    for o in _owned(f.gang("g", 3, gpus=1)):
+        api.put(o)
+    api.fail[("binding", "default/g-1")] = 500
+    sched = Scheduler(client, _options(bind_attempts=3))
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        report = sched.cycle()
+    finally:
+        sched.shutdown()
+    applied = report.applied
+    assert list(applied.bind_failed) == ["default/g-1"]
+    assert applied.rollback_groups == ["default/g"]
+    # Retried, then given up; the others were either never bound or deleted again.
+    assert len(api.calls("POST", "/pods/g-1/binding")) == 3
+    assert sorted(applied.rolled_back + applied.skipped) == ["default/g-0", "default/g-2"]
+    for name in applied.rolled_back:
+        assert api.calls("DELETE", f"/pods/{name.split('/')[1]}")
+    for name in ("g-0", "g-1", "g-2"):
+        assert _node_of(api, name) is None
+    pg = api.get("PodGroup", "g", "default")
+    assert LAST_START not in (pg["metadata"].get("annotations") or {})
+    assert any(e["reason"] == "BindFailed" for e in api.events())
+    assert sched.metrics.bind_failures._value.get() == 1
+
+
+def test_reclaim_evicts_through_the_eviction_api(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q1", gpu=(1, -1, 1)))
+    api.put(f.queue("q2", gpu=(1, -1, 1)))
+    for o in f.gang("a", 2, gpus=1, queue="q1", min_member=1, nodes=["n1", "n1"]):
+        api.put(o)
+    for o in f.gang("b", 1, gpus=1, queue="q2"):
+        api.put(o)
+    sched = Scheduler(client, _options())
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        report = sched.cycle()
+        assert report.applied.evicted == ["default/a-1"]
+        assert report.applied.pipelined == ["default/b-0"]
+        (call,) = api.calls("POST", "/eviction")
+        assert call[1] == "/api/v1/namespaces/default/pods/a-1/eviction"
+        assert call[2]["apiVersion"] == "policy/v1" and call[2]["kind"] == "Eviction"
+        assert api.get("Pod", "a-1", "default") is None
+        victim = api.get("PodGroup", "a", "default")
+        assert "kai.scheduler/last-eviction-timestamp" in victim["metadata"]["annotations"]
+        reasons = {(e["reason"], e["involvedObject"]["name"]) for e in api.events()}
+        assert ("Evicted", "a-1") in reasons and ("Pipelined", "b-0") in reasons
+        metrics = sched.metrics.render().decode()
+        assert 'kai_pod_group_evicted_pods_total{action="reclaim"' in metrics
+        # The eviction freed the GPU: the next cycle binds the reclaiming pod.
+        assert api.wait_for(lambda: sched.cache.get("Pod", "default", "a-1") is None)
+        sched.cycle()
+        assert _node_of(api, "b-0") == "n1"
+    finally:
+        sched.shutdown()
+
+
+# ---------------------------------------------------------------------- leader election
+
+
+def _elector(client: KubeClient, identity: str) -> LeaderElector:
+    return LeaderElector(
+        client,
+        "kai",
+        "kai-scheduler",
+        identity=identity,
+        lease_duration=1.0,
+        renew_deadline=0.6,
+        retry_period=0.1,
+    )
+
+
+def test_leader_election_fails_over(api: FakeApiServer, client: KubeClient) -> None:
+    a, b = _elector(client, "a"), _elector(client, "b")
+    a.start()
+    try:
+        assert a.wait_for_leadership(3)
+        b.start()
+        time.sleep(0.5)
+        assert not b.is_leader and a.is_leader
+        a.stop(release=False)  # stops renewing, as a crashed replica would
+        assert not a.is_leader
+        started = time.monotonic()
+        assert b.wait_for_leadership(5)
+        assert time.monotonic() - started >= 0.5  # waited for the lease to expire
+        lease = api.get("Lease", "kai-scheduler", "kai")
+        assert lease["spec"]["holderIdentity"] == "b"
+        assert lease["spec"]["leaseTransitions"] == 1
+    finally:
+        a.stop(release=False)
+        b.stop(release=True)
+    assert api.get("Lease", "kai-scheduler", "kai")["spec"]["holderIdentity"] == ""
+
+
+def test_only_the_leader_schedules(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1"))
+    api.put(f.queue("q"))
+    api.put(f.pod("p", queue="q"))
+    other = _elector(client, "other")
+    other.start()
+    try:
+        assert other.wait_for_leadership(3)
+        sched = Scheduler(
+            client,
+            _options(
+                leader_elect=True,
+                lease_namespace="kai",
+                lease_duration=1.0,
+                renew_deadline=0.6,
+                retry_period=0.1,
+                identity="me",
+            ),
+        )
+        assert sched.run_once(leadership_timeout=0.5) == 1
+        assert api.calls("POST", "/binding") == []
+    finally:
+        other.stop(release=True)
+    # The lease released, a new replica takes over and schedules.
+    sched = Scheduler(
+        client,
+        _options(
+            leader_elect=True,
+            lease_namespace="kai",
+            lease_duration=1.0,
+            renew_deadline=0.6,
+            retry_period=0.1,
+            identity="me",
+        ),
+    )
+    assert sched.run_once(leadership_timeout=3) == 0
+    assert _node_of(api, "p") == "n1"
+
+
+# ---------------------------------------------------------------------- loop and HTTP
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_loop_serves_metrics_and_health(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q"))
+    for o in f.gang("g", 1, gpus=1):
+        api.put(o)
+    sched = Scheduler(client, _options(listen_address="127.0.0.1:0"))
+    runner = threading.Thread(target=sched.run)
+    runner.start()
+    try:
+        base = f"http://127.0.0.1:{_wait_port(sched)}"
+        assert api.wait_for(lambda: sched.cycles >= 3)
+        assert _node_of(api, "g-0") == "n1"
+        code, body = _get(base + "/metrics")
+        assert code == 200
+        for name in (
+            "kai_e2e_scheduling_latency_milliseconds",
+            'kai_action_scheduling_latency_milliseconds{action="allocate"}',
+            'kai_podgroups_scheduled_by_action_total{action="allocate"} 1.0',
+            'kai_queue_fair_share_gpu{queue_display_name="q"',
+            'kai_queue_gpu_usage{queue_display_name="q"',
+            "kai_task_bind_latency_milliseconds_bucket",
+            "kai_is_leader 1.0",
+        ):
+            assert name in body, name
+        assert _get(base + "/healthz") == (200, "ok\n")
+        assert _get(base + "/readyz") == (200, "ok\n")
+        assert _get(base + "/nope")[0] == 404
+        # Bound once only: the cache assumed the bind before the watch reported it.
+        assert len(api.calls("POST", "/binding")) == 1
+    finally:
+        sched.stop()
+        runner.join(10)
+    assert not runner.is_alive()
+
+
+def _wait_port(sched: Scheduler) -> int:
+    deadline = time.monotonic() + 5
+    while sched.server is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sched.server is not None
+    return sched.server.port
+
+
+def test_a_failing_cycle_does_not_stop_the_loop(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1"))
+    sched = Scheduler(client, _options())
+    calls = {"n": 0}
+    real = sched.cache.snapshot
+
+    def flaky():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return real()
+
+    sched.cache.snapshot = flaky  # type: ignore[method-assign]
+    runner = threading.Thread(target=sched.run)
+    runner.start()
+    try:
+        assert api.wait_for(lambda: sched.cycles >= 3)
+    finally:
+        sched.stop()
+        runner.join(10)
+    text = sched.metrics.render().decode()
+    assert 'kai_scheduling_cycles_total{result="error"} 1.0' in text
+    assert 'kai_scheduling_cycles_total{result="ok"}' in text
+
+
+def test_listen_address_parsing() -> None:
+    assert parse_listen_address(":8080") == ("", 8080)
+    assert parse_listen_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen_address("[::1]:9090") == ("::1", 9090)
+    with pytest.raises(ValueError):
+        parse_listen_address("host:http")
+
+
+def test_run_rejects_a_bad_period(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["run", "--schedule-period", "soon", "--once"])
+    assert res.exit_code == 2
+    assert "--schedule-period" in res.output
+
+
+def test_shard_scheduler_name_and_missing_crd(api: FakeApiServer, client: KubeClient) -> None:
+    api.not_served.add("nodemetrics")  # no Koordinator in this cluster
+    pool = {"kai.scheduler/node-pool": "a"}
+    api.put(f.node("n-a", labels=pool))
+    api.put(f.node("n-other", cpu="128"))  # bigger, but in the default pool
+    queue = f.queue("q")
+    queue["metadata"]["labels"] = pool
+    api.put(queue)
+    pg = f.podgroup("mine")
+    pg["metadata"]["labels"] = pool
+    api.put(pg)
+    api.put(f.pod("mine-0", group="mine", scheduler="kai-a"))
+    api.put(f.pod("foreign", queue="q", scheduler="default-scheduler"))
+    api.put(f.pod("default-pool", queue="q", scheduler="kai-a"))
+    opts = _options(scheduler_name="kai-a", partition_label_value="a")
+    assert Scheduler(client, opts).run_once() == 0
+    assert _node_of(api, "mine-0") == "n-a"
+    assert _node_of(api, "foreign") is None  # another scheduler's pod
+    assert _node_of(api, "default-pool") is None  # another node pool's pod
+
+
+def test_sigterm_shuts_down_cleanly(api: FakeApiServer, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(api.kubeconfig())
+    api.put(f.node("n1"))
+    cmd = [sys.executable, "-m", "kai.cli", "run", "--kubeconfig", str(kubeconfig)]
+    cmd += ["--listen-address", "127.0.0.1:0", "--schedule-period", "50ms"]
+    cmd += ["--lease-namespace", "kai", "--log-level", "info"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Running once it holds the lease; then a signal must stop it and free the lease.
+        assert api.wait_for(lambda: api.get("Lease", "kai-scheduler", "kai") is not None, 20)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "shutting down" in out
+    assert api.get("Lease", "kai-scheduler", "kai")["spec"]["holderIdentity"] == ""
