@@ -100,6 +100,74 @@ def simulate(snapshot, config_file, actions, now, output, explain, backend) -> N
         click.echo(render_table(result, explain=explain))
 
 
+@main.command()
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    default=("all",),
+    show_default=True,
+    help="Scenario to run (repeatable); 'all' runs every scenario. See --list.",
+)
+@click.option(
+    "--size",
+    default="small",
+    show_default=True,
+    help="small, medium, large, or a number (nodes; KAI topologies: 5 jobs per node).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["native", "numba", "python"]),
+    help="Compute backend (default: native when built, else numba).",
+)
+@click.option("--repeat", default=3, show_default=True, type=click.IntRange(1), help="Timed runs.")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Also write JSON here.")
+@click.option("--no-memory", is_flag=True, help="Skip the (slower) traced memory runs.")
+@click.option(
+    "--input",
+    "input_form",
+    type=click.Choice(["dicts", "objects"]),
+    default="dicts",
+    show_default=True,
+    help="Snapshot from Kubernetes manifests (dicts, parsed) or parsed objects directly.",
+)
+@click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
+def bench(scenarios, size, backend, repeat, json_file, no_memory, input_form, list_only) -> None:
+    """Benchmark scheduling sessions on generated clusters and print a table."""
+    from kai import bench as b
+
+    if list_only:
+        for name, sc in b.SCENARIOS.items():
+            sizes = ", ".join(f"{k}={v}" for k, v in sc.sizes.items())
+            click.echo(f"{name:26} {sc.description} [{sizes}]")
+        return
+    unknown = [s for s in scenarios if s != "all" and s not in b.SCENARIOS]
+    if unknown:
+        raise InputError(
+            f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(b.SCENARIOS)}",
+            obj="--scenario",
+        )
+    if size not in b.SIZES:
+        try:
+            int(size)
+        except ValueError:
+            raise InputError(
+                f"size must be small, medium, large or a number, got {size!r}", obj="--size"
+            ) from None
+    results = b.run_bench(
+        list(scenarios),
+        size,
+        backend=backend,
+        repeat=repeat,
+        memory=not no_memory,
+        input_form=input_form,
+        progress=lambda msg: click.echo(msg, err=True),
+    )
+    click.echo(b.render_table(results))
+    if json_file:
+        b.write_json(json_file, results)
+
+
 def _duration_option(name: str, value: str) -> float:
     from kai.api.quantity import parse_duration
 

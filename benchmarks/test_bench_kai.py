@@ -1,0 +1,69 @@
+"""KAI-Scheduler's own benchmark topologies (pkg/scheduler/actions/benchmark_test.go).
+
+Compare with the Go numbers in benchmarks/README.md.  Every round rebuilds the session
+from the snapshot, like KAI's ``BuildSession`` per iteration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SIZE, bench_session, require_actions, size_arg
+from kai.bench_clusters import kai_reclaim_large_jobs, kai_reclaim_many_single_gpu, kai_topology
+
+FULL = ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
+KAI_SIZES = ["small", "medium", "large"] if SIZE != "small" else ["small", "medium"]
+
+
+@pytest.mark.parametrize("size", KAI_SIZES)
+def test_allocate(benchmark, size):
+    bench_session(benchmark, kai_topology(size, "pending"), ["allocate"])
+
+
+@pytest.mark.parametrize("size", KAI_SIZES)
+def test_reclaim(benchmark, size):
+    require_actions("reclaim")
+    bench_session(benchmark, kai_topology(size, "running"), ["reclaim"])
+
+
+@pytest.mark.parametrize("size", KAI_SIZES)
+def test_preempt(benchmark, size):
+    require_actions("preempt")
+    bench_session(benchmark, kai_topology(size, "mixed"), ["preempt"])
+
+
+@pytest.mark.parametrize("size", KAI_SIZES)
+def test_consolidation(benchmark, size):
+    require_actions("consolidation")
+    bench_session(benchmark, kai_topology(size, "mixed"), ["consolidation"])
+
+
+@pytest.mark.parametrize("size", ["small", "medium", "large"])
+def test_full_cycle(benchmark, size):
+    require_actions(*FULL)
+    bench_session(benchmark, kai_topology(size, "mixed"), FULL)
+
+
+def test_many_queues(benchmark):
+    bench_session(benchmark, kai_topology("medium", "pending", queues=20), ["allocate"])
+
+
+def test_gang_scheduling(benchmark):
+    bench_session(benchmark, kai_topology("medium", "pending", gang=4), ["allocate"])
+
+
+@pytest.mark.parametrize("nodes", [10, 50, 100] if SIZE == "small" else [100, 500, 1000])
+def test_reclaim_large_jobs(benchmark, nodes):
+    require_actions("reclaim")
+    result = bench_session(
+        benchmark, kai_reclaim_large_jobs(nodes), ["allocate", "reclaim"], rounds=1
+    )
+    pipelined = sum(1 for d in result.decisions if d.type == "pipeline")
+    evicted = sum(1 for d in result.decisions if d.type == "evict")
+    benchmark.extra_info.update(pipelined=pipelined, evicted=evicted)
+
+
+@pytest.mark.parametrize("nodes", [size_arg("kai-reclaim-many-single")])
+def test_reclaim_many_single_gpu_full_cycle(benchmark, nodes):
+    require_actions(*FULL)
+    bench_session(benchmark, kai_reclaim_many_single_gpu(nodes), FULL, rounds=1)
