@@ -66,11 +66,16 @@ def _split_actions(value: str | None) -> list[str] | None:
 )
 @click.option("--explain", is_flag=True, help="Say why each pending group was not scheduled.")
 @click.option(
+    "--node-pool",
+    help="Schedule only this node pool (value of the kai.scheduler/node-pool label; "
+    "'' for objects without it). Default: every pool, one session each.",
+)
+@click.option(
     "--backend",
     type=click.Choice(["native", "numba", "python"]),
     help="Compute backend (default: native when built, else numba).",
 )
-def simulate(snapshot, config_file, actions, now, output, explain, backend) -> None:
+def simulate(snapshot, config_file, actions, now, output, explain, node_pool, backend) -> None:
     """Run one scheduling session on SNAPSHOT file(s) and print the decisions."""
     from kai.engine import Snapshot, run_session
 
@@ -89,7 +94,12 @@ def simulate(snapshot, config_file, actions, now, output, explain, backend) -> N
         except ValueError as err:
             raise InputError(str(err), obj="--now") from None
     result = run_session(
-        snap, config=config, actions=_split_actions(actions), now=now_value, backend=backend
+        snap,
+        config=config,
+        actions=_split_actions(actions),
+        now=now_value,
+        backend=backend,
+        node_pool=node_pool,
     )
     if output == "json":
         json.dump(result.to_json(explain=explain), sys.stdout, indent=2, sort_keys=False)
@@ -229,6 +239,26 @@ def _duration_option(name: str, value: str) -> float:
 @click.option("--once", is_flag=True, help="Run one cycle after the cache syncs, then exit.")
 @click.option("--dry-run", is_flag=True, help="Compute and log decisions; write nothing.")
 @click.option(
+    "--qps",
+    type=float,
+    default=50.0,
+    show_default=True,
+    help="Client-side limit of API requests per second (0: no limit).",
+)
+@click.option(
+    "--burst",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="API requests allowed at once above --qps.",
+)
+@click.option(
+    "--owner-resources",
+    default="",
+    help="Extra owner kinds whose metadata is read, comma-separated "
+    "GROUP/VERSION/RESOURCE[=Kind] (e.g. jobset.x-k8s.io/v1alpha2/jobsets=JobSet).",
+)
+@click.option(
     "--backend",
     type=click.Choice(["native", "numba", "python"]),
     help="Compute backend (default: native when built, else numba).",
@@ -253,6 +283,9 @@ def run(
     lease_name,
     once,
     dry_run,
+    qps,
+    burst,
+    owner_resources,
     backend,
     log_level,
 ) -> None:
@@ -279,10 +312,16 @@ def run(
 
         config_obj = load_config_file(scheduler_conf)
     config = SchedulerConfig.from_object(config_obj)
-    from kai.k8s.client import KubeClient
+    from kai.k8s.client import KubeClient, parse_owner_resource
 
+    owners = [r.strip() for r in owner_resources.split(",") if r.strip()]
+    for resource in owners:
+        try:
+            parse_owner_resource(resource)
+        except ValueError as err:
+            raise InputError(str(err), obj="--owner-resources") from None
     try:
-        client = KubeClient.from_config(kubeconfig, context)
+        client = KubeClient.from_config(kubeconfig, context, qps=qps, burst=burst)
     except Exception as err:  # noqa: BLE001 - a config problem is a usage error
         raise InputError(
             f"cannot load the Kubernetes configuration: {err}", obj="--kubeconfig"
@@ -298,6 +337,7 @@ def run(
         lease_name=lease_name,
         dry_run=dry_run,
         backend=backend,
+        owner_resources=owners,
     )
     scheduler = Scheduler(client, options, config)
 

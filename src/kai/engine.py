@@ -13,12 +13,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from kai.actions import get_action
+from kai.api.errors import InputError
 from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, Task, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
 from kai.api.preemptibility import published_status
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
 from kai.snapshot.builder import build_state
+from kai.snapshot.partition import partition
 
 LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
 STALE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
@@ -171,15 +173,57 @@ def run_session(
     actions: Sequence[str] | None = None,
     now: str | datetime | None = None,
     backend: str | None = None,
+    node_pool: str | None = None,
 ) -> SessionResult:
-    """Run one scheduling session on a snapshot and return what it decided."""
+    """Run one scheduling session on a snapshot and return what it decided.
+
+    A snapshot whose nodes, queues or pod groups carry the node-pool label is
+    scheduled as KAI-Scheduler does, by one scheduler per pool: one session per pool,
+    results merged.  ``node_pool`` runs the session of that pool alone ("" is the
+    pool of the objects without the label).
+    """
     if not isinstance(config, SchedulerConfig):
         config = SchedulerConfig.from_object(config or snapshot.config, actions=actions)
     elif actions is not None:
         config = dataclasses.replace(config, actions=list(actions))
         SchedulerConfig.from_object(None, actions=actions)  # validates the names
+    clock = parse_now(now)
+    pools = partition(snapshot.objects)
+    if node_pool is not None:
+        if node_pool not in pools:
+            raise InputError(
+                f"no node pool {node_pool!r} in the snapshot (pools: "
+                f"{', '.join(repr(p) for p in pools)})",
+                obj="--node-pool",
+            )
+        return _run_one(Snapshot(pools[node_pool]), config, clock, backend)
+    shards = [p for p in pools.values() if p.nodes or p.pods or p.pod_groups or p.queues]
+    if len(shards) <= 1:
+        return _run_one(snapshot, config, clock, backend)
+    return _merge([_run_one(Snapshot(objs), config, clock, backend) for objs in shards])
+
+
+def _merge(results: list[SessionResult]) -> SessionResult:
+    merged = SessionResult([], {}, {}, {})
+    for result in results:
+        merged.decisions.extend(result.decisions)
+        merged.pods.update(result.pods)
+        merged.pod_groups.update(result.pod_groups)
+        merged.queues.update(result.queues)
+        merged.warnings.extend(result.warnings)
+        for action, seconds in result.action_seconds.items():
+            merged.action_seconds[action] = merged.action_seconds.get(action, 0.0) + seconds
+    merged.pods = dict(sorted(merged.pods.items()))
+    merged.pod_groups = dict(sorted(merged.pod_groups.items()))
+    merged.queues = dict(sorted(merged.queues.items()))
+    return merged
+
+
+def _run_one(
+    snapshot: Snapshot, config: SchedulerConfig, now: datetime, backend: str | None
+) -> SessionResult:
     state = snapshot.state()
-    ssn = Session(state, config, now=parse_now(now), backend=backend)
+    ssn = Session(state, config, now=now, backend=backend)
     ssn.open(config.build_plugins())
     timings: dict[str, float] = {}
     for name in config.actions:

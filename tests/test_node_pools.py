@@ -1,0 +1,60 @@
+"""Node pools: one scheduling shard per value of the kai.scheduler/node-pool label."""
+
+from __future__ import annotations
+
+import pytest
+
+import kai
+from tests.factory import node, pod, podgroup, queue, run, statuses
+
+POOL = "kai.scheduler/node-pool"
+
+
+def labelled(obj, pool):
+    obj["metadata"].setdefault("labels", {})[POOL] = pool
+    return obj
+
+
+def cluster():
+    return [
+        labelled(node("a1", gpus=8), "a"),
+        labelled(node("b1", gpus=8), "b"),
+        node("plain", gpus=8),
+        labelled(queue("qa", gpu=(8, -1, 1)), "a"),
+        labelled(queue("qb", gpu=(8, -1, 1)), "b"),
+        queue("q", gpu=(8, -1, 1)),
+        labelled(podgroup("ja", queue="qa"), "a"),
+        pod("ja-0", gpus=8, group="ja"),
+        labelled(podgroup("jb", queue="qb"), "b"),
+        pod("jb-0", gpus=8, group="jb"),
+        podgroup("j", queue="q"),
+        pod("j-0", gpus=8, group="j"),
+        # A pool-a job whose queue lives in the default pool: that shard has no such queue.
+        labelled(podgroup("lost", queue="q"), "a"),
+        pod("lost-0", gpus=1, group="lost"),
+    ]
+
+
+def test_each_pool_is_scheduled_on_its_own_nodes_and_queues():
+    out = run(cluster(), ["allocate"])
+    s = statuses(out)
+    assert s["default/ja-0"] == ("Binding", "a1")
+    assert s["default/jb-0"] == ("Binding", "b1")
+    assert s["default/j-0"] == ("Binding", "plain")
+    assert s["default/lost-0"] == ("Pending", None)
+    assert "QueueDoesNotExist" in out["podGroups"]["default/lost"]["reason"]
+    # Fair share is computed per pool: each pool's queue shares that pool's 8 GPUs.
+    assert {name: q["fairShare"]["gpu"] for name, q in out["queues"].items()} == {
+        "q": 8.0,
+        "qa": 8.0,
+        "qb": 8.0,
+    }
+
+
+def test_a_single_pool_can_be_simulated_alone():
+    snap = kai.Snapshot.from_objects(cluster())
+    result = kai.run_session(snap, actions=["allocate"], node_pool="b")
+    assert set(result.pods) == {"default/jb-0"}
+    assert result.pods["default/jb-0"].node == "b1"
+    with pytest.raises(kai.InputError, match="no node pool 'c'"):
+        kai.run_session(snap, actions=["allocate"], node_pool="c")
