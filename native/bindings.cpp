@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kai/allocate.hpp"
 #include "kai/common.hpp"
 #include "kai/fairshare.hpp"
 #include "kai/fit.hpp"
@@ -321,4 +322,7 @@ PYBIND11_MODULE(_native, m) {
         "AccumulatedIdleGpus: greedy match of GPU needs to the top-k nodes by capacity.");
   m.def("scenario_fit", &scenario_fit, py::arg("available"), py::arg("requests"),
         py::arg("gpu_column"), "Greedy per-node fit of a scenario's pending tasks.");
+
+  // allocate (the whole action's loop, native/src/allocate.cpp)
+  kai::alloc::register_bindings(m);
 }

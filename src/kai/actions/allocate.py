@@ -10,7 +10,7 @@ competes again by fairness.
 
 from __future__ import annotations
 
-from kai.actions import register_action
+from kai.actions import fast_allocate, register_action
 from kai.actions.common import (
     JobQueue,
     allocate_job,
@@ -24,6 +24,8 @@ from kai.framework.session import Session
 
 def allocate(ssn: Session) -> None:
     jobs = schedulable_jobs(ssn)
+    if fast_allocate.run(ssn, jobs):
+        return
     queue = JobQueue(
         ssn,
         jobs,

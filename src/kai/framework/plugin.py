@@ -28,6 +28,9 @@ class Plugin:
     name: str = ""
     #: Accepted argument names; None accepts anything.
     arguments: tuple[str, ...] | None = ()
+    #: Built-in plugins whose allocate-time behaviour the native allocate loop reproduces
+    #: (kai.actions.fast_allocate); a session with any other plugin takes the slow path.
+    native_allocate: bool = False
 
     def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         self.args: dict[str, Any] = dict(args or {})

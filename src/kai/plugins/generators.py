@@ -12,6 +12,7 @@ from kai.framework import Plugin, Session, register_plugin
 
 class _GeneratorPlugin(Plugin):
     generator = ""
+    native_allocate = True  # no role in allocate
 
     def on_session_open(self, ssn: Session) -> None:
         if any(reg.fn == self.generator for reg in ssn.registered("scenario_generator")):

@@ -154,6 +154,7 @@ def kept_active(job: Job, victim_tasks: Iterable[Task]) -> int:
 
 class MinRuntimePlugin(Plugin):
     name = "minruntime"
+    native_allocate = True  # no role in allocate
     arguments = ("defaultReclaimMinRuntime", "defaultPreemptMinRuntime", "reclaimResolveMethod")
 
     def __init__(self, args: Mapping[str, Any] | None = None) -> None:

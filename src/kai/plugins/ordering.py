@@ -21,6 +21,7 @@ class PriorityPlugin(Plugin):
     """Higher-priority jobs are considered first."""
 
     name = "priority"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         def job_order(left: Job, right: Job) -> int:
@@ -28,6 +29,8 @@ class PriorityPlugin(Plugin):
                 return 0
             return -1 if left.priority > right.priority else 1
 
+        # A sort key equivalent to the comparison (kai.solvers.order): lower first.
+        job_order.order_key = lambda job: -job.priority  # type: ignore[attr-defined]
         ssn.add_job_order_fn(job_order)
 
 
@@ -35,6 +38,7 @@ class ElasticPlugin(Plugin):
     """Jobs below their gang minimum come first, then jobs exactly at it."""
 
     name = "elastic"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         def state(job: Job) -> int:
@@ -47,6 +51,7 @@ class ElasticPlugin(Plugin):
             ls, rs = state(left), state(right)
             return 0 if ls == rs else (-1 if ls < rs else 1)
 
+        job_order.order_key = state  # type: ignore[attr-defined]
         ssn.add_job_order_fn(job_order)
 
         def keeps_gangs(pending: Job, victim_jobs: list[Job], victim_tasks: list[Task]) -> bool:
@@ -75,6 +80,7 @@ class TaskOrderPlugin(Plugin):
     """Tasks with a higher ``kai.scheduler/task-priority`` label go first."""
 
     name = "taskorder"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         def task_order(left: Task, right: Task) -> int:
@@ -90,6 +96,7 @@ class KubeflowPlugin(Plugin):
     """Kubeflow masters and MPI launchers go before workers."""
 
     name = "kubeflow"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         def leader(task: Task) -> bool:
@@ -102,6 +109,7 @@ class RayPlugin(Plugin):
     """The Ray head goes before workers."""
 
     name = "ray"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         def head(task: Task) -> bool:

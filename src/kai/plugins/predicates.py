@@ -65,6 +65,7 @@ def tolerates(tolerations: list[Toleration], key: str, value: str, effect: str) 
 
 class PredicatesPlugin(Plugin):
     name = "predicates"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         nodes = ssn.nodes.objects

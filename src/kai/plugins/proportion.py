@@ -120,6 +120,7 @@ def queue_vector(
 
 class ProportionPlugin(Plugin):
     name = "proportion"
+    native_allocate = True
     arguments = ("kValue", "relcaimerSaturationMultiplier", "reclaimerSaturationMultiplier")
 
     def __init__(self, args=None) -> None:

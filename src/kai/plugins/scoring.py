@@ -26,6 +26,7 @@ class NodePlacementPlugin(Plugin):
     """Bin-pack (default) or spread, separately for GPU and CPU-only workloads."""
 
     name = "nodeplacement"
+    native_allocate = True
     arguments = ("gpu", "cpu")
 
     def __init__(self, args=None) -> None:
@@ -43,6 +44,7 @@ class NodePlacementPlugin(Plugin):
                     gpu_capacity[i] = float(raw)
                 except ValueError:
                     pass
+        self.gpu_capacity = gpu_capacity  # read by the native allocate loop
         backend = ssn.backend
 
         def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
@@ -63,6 +65,7 @@ class NodeAvailabilityPlugin(Plugin):
     """Prefer nodes where the task fits on idle capacity (no pipelining needed)."""
 
     name = "nodeavailability"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
@@ -75,6 +78,7 @@ class GpuSharingOrderPlugin(Plugin):
     """Prefer nodes with an already shared GPU that has room for a fractional task."""
 
     name = "gpusharingorder"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         nodes = ssn.nodes
@@ -97,6 +101,7 @@ class ResourceTypePlugin(Plugin):
     """Keep CPU-only tasks on CPU-only nodes."""
 
     name = "resourcetype"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         cpu_only_nodes = (ssn.nodes.allocatable[:, GPU] <= 0).astype(np.float64) * RESOURCE_TYPE
@@ -112,6 +117,7 @@ class NominatedNodePlugin(Plugin):
     """Strongly prefer the node named in ``status.nominatedNodeName``."""
 
     name = "nominatednode"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         index = ssn.nodes.index
@@ -138,6 +144,7 @@ class GpuPackPlugin(Plugin):
     """Put fractional tasks on the fullest shared GPU first."""
 
     name = "gpupack"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_gpu_order_fn(lambda task, info, group: _group_used(info, group))
@@ -147,6 +154,7 @@ class GpuSpreadPlugin(Plugin):
     """Put fractional tasks on the emptiest GPU first."""
 
     name = "gpuspread"
+    native_allocate = True
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_gpu_order_fn(lambda task, info, group: 1.0 - _group_used(info, group))

@@ -1,0 +1,984 @@
+// kai native core: the allocate action's loop (see kai/allocate.hpp and
+// src/kai/actions/fast_allocate.py, which prepares the inputs and replays the result).
+//
+// Floating-point contract: every quantity the Python slow path computes and compares
+// (node idle/releasing/used, queue allocated, queue-order shares, node scores) is
+// computed here with the same operations in the same order, so that every decision
+// and every final value is bit-identical.
+#include "kai/allocate.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kai/common.hpp"
+
+namespace py = pybind11;
+
+namespace kai::alloc {
+namespace {
+
+using i64 = std::int64_t;
+using u64 = std::uint64_t;
+
+// Score components, in the order the scorers registered (fast_allocate.COMPONENTS).
+enum Comp : i64 { kAvail = 1, kZero = 2, kResType = 3, kNominated = 4, kPlacement = 5 };
+// Attempt kinds.
+enum Kind : i64 { kOk = 0, kNoTasks = 1, kOverLimit = 2, kOverQuota = 3, kNoNode = 4 };
+
+constexpr double kMaxScore = 9.0;
+constexpr double kAvailability = 1000.0;
+constexpr double kResourceType = 10.0;
+constexpr double kNominatedScore = 10000000.0;
+constexpr int kMaxBuckets = 4096;
+
+struct In {
+  i64 N = 0, R = 0, T = 0, J = 0, Q = 0, S = 0, P = 0, K = 0, C = 0;
+  const double* allocatable = nullptr;
+  const double* cap_gpu = nullptr;
+  i64 gpu = 2, cpu = 0;
+  const bool* pred = nullptr;
+  const i64* comps = nullptr;
+  bool gpu_binpack = true, cpu_binpack = true;
+  const double* task_req = nullptr;
+  const double* task_qvec = nullptr;
+  const i64* task_sig = nullptr;
+  const i64* task_nom = nullptr;
+  const i64* job_start = nullptr;
+  const i64* job_leaf = nullptr;
+  const i64* job_min = nullptr;
+  const i64* job_np_mode = nullptr;
+  const i64* job_key = nullptr;
+  const i64* key_kinds = nullptr;
+  i64 max_depth = -1;
+  const i64* q_path_start = nullptr;
+  const i64* q_path = nullptr;
+  const double* q_deserved = nullptr;
+  const double* q_limit = nullptr;
+  const double* q_fair = nullptr;
+  const double* q_allocatable = nullptr;
+  const i64* q_priority = nullptr;
+  const i64* q_rank = nullptr;
+  const double* total = nullptr;
+};
+
+struct Out {
+  std::vector<double> idle, releasing, used, q_alloc, q_alloc_np;
+  std::vector<i64> q_events;
+  std::vector<i64> att_job, att_kind, att_first, att_count, att_info, att_flags, att_active;
+  std::vector<double> att_vec;
+  std::vector<i64> att_fail;
+  std::vector<i64> pl_task, pl_node, pl_pipe;
+};
+
+class Loop {
+ public:
+  Loop(const In& in, Out& out) : in_(in), out_(out) {}
+
+  void run() {
+    init();
+    for (i64 j = 0; j < in_.J; ++j) push(j);
+    for (;;) {
+      i64 j = pop();
+      if (j < 0) break;
+      attempt(j);
+    }
+  }
+
+ private:
+  const In& in_;
+  Out& out_;
+  // jobs
+  std::vector<i64> ptr_, active_, nonpipe_, pipelined_, allocset_, cur_key_;
+  std::vector<double> jreq_;
+  std::vector<char> jreq_ok_;
+  // heaps per leaf queue
+  std::vector<i64> heap_off_, heap_size_, heap_;
+  std::vector<char> heap_made_;
+  std::vector<std::vector<i64>> kids_;  // index Q = the roots
+  // per-pop memo
+  std::vector<i64> memo_stamp_, memo_job_;
+  i64 pop_id_ = 0;
+  // node selection scratch
+  std::vector<i64> cand_;
+  std::vector<double> score_;
+  // bucket index (free GPUs -> nodes), valid while index_on_
+  bool index_on_ = false;
+  bool releasing_zero_ = false;
+  i64 nb_ = 0, words_ = 0;
+  std::vector<u64> bits_;
+  std::vector<i64> bucket_;
+  // failure-count cache
+  i64 version_ = 0;
+  i64 fc_version_ = -1, fc_sig_ = -1;
+  std::vector<double> fc_req_;
+  std::vector<i64> fc_counts_;
+
+  // ------------------------------------------------------------------ helpers
+  const double* req(i64 t) const { return in_.task_req + t * in_.R; }
+  const double* qvec(i64 t) const { return in_.task_qvec + t * 3; }
+  double* idle(i64 n) { return out_.idle.data() + n * in_.R; }
+  double* rel(i64 n) { return out_.releasing.data() + n * in_.R; }
+  double* used(i64 n) { return out_.used.data() + n * in_.R; }
+  const bool* pmask(i64 sig, i64 p) const { return in_.pred + (sig * in_.P + p) * in_.N; }
+  i64 path_len(i64 q) const { return in_.q_path_start[q + 1] - in_.q_path_start[q]; }
+  const i64* path(i64 q) const { return in_.q_path + in_.q_path_start[q]; }
+
+  void init() {
+    const i64 J = in_.J, K = in_.K, Q = in_.Q;
+    ptr_.assign(in_.job_start, in_.job_start + J);
+    cur_key_.assign(static_cast<std::size_t>(J * (K > 0 ? K : 1)), 0);
+    jreq_.assign(static_cast<std::size_t>(J * 3), 0.0);
+    jreq_ok_.assign(static_cast<std::size_t>(J), 0);
+    heap_off_.assign(static_cast<std::size_t>(Q + 1), 0);
+    heap_size_.assign(static_cast<std::size_t>(Q), 0);
+    heap_made_.assign(static_cast<std::size_t>(Q), 0);
+    for (i64 j = 0; j < J; ++j) {
+      const i64 q = in_.job_leaf[j];
+      if (q >= 0) heap_off_[q + 1] += 1;
+    }
+    for (i64 q = 0; q < Q; ++q) heap_off_[q + 1] += heap_off_[q];
+    heap_.assign(static_cast<std::size_t>(heap_off_[Q] > 0 ? heap_off_[Q] : 1), 0);
+    kids_.assign(static_cast<std::size_t>(Q + 1), {});
+    memo_stamp_.assign(static_cast<std::size_t>(Q), -1);
+    memo_job_.assign(static_cast<std::size_t>(Q), -1);
+    cand_.reserve(static_cast<std::size_t>(in_.N));
+    score_.assign(static_cast<std::size_t>(in_.N), 0.0);
+    out_.q_events.assign(static_cast<std::size_t>(Q), 0);
+    fc_req_.assign(static_cast<std::size_t>(in_.R), 0.0);
+    fc_counts_.assign(static_cast<std::size_t>(1 + in_.P), 0);
+    init_index();
+  }
+
+  // --------------------------------------------------------------- bucket index
+  void init_index() {
+    const i64 N = in_.N, R = in_.R, g = in_.gpu;
+    releasing_zero_ = true;
+    for (i64 i = 0; i < N * R; ++i) {
+      if (out_.releasing[static_cast<std::size_t>(i)] != 0.0) releasing_zero_ = false;
+    }
+    index_on_ = releasing_zero_ && in_.gpu_binpack && N > 0;
+    if (!index_on_) return;
+    double hi = 0.0;
+    for (i64 n = 0; n < N; ++n) {
+      const double na = idle(n)[g] + rel(n)[g];
+      if (!(na >= 0.0) || na != std::floor(na) || na >= kMaxBuckets - 1) {
+        index_on_ = false;
+        return;
+      }
+      if (in_.allocatable[n * R + g] <= 0.0 && na > 0.0) {
+        index_on_ = false;
+        return;
+      }
+      if (na > hi) hi = na;
+    }
+    nb_ = static_cast<i64>(hi) + 1;
+    words_ = (N + 63) / 64;
+    bits_.assign(static_cast<std::size_t>(nb_ * words_), 0);
+    bucket_.assign(static_cast<std::size_t>(N), -1);
+    for (i64 n = 0; n < N; ++n) {
+      const i64 b = static_cast<i64>(idle(n)[g] + rel(n)[g]);
+      bucket_[n] = b;
+      bits_[b * words_ + n / 64] |= u64{1} << (n % 64);
+    }
+  }
+
+  // Keep the index in step with node n's free GPUs (or turn it off).
+  void touched(i64 n) {
+    ++version_;
+    if (!index_on_) return;
+    const i64 g = in_.gpu;
+    const double na = idle(n)[g] + rel(n)[g];
+    if (!(na >= 0.0) || na != std::floor(na) || na >= static_cast<double>(nb_)) {
+      index_on_ = false;
+      return;
+    }
+    const i64 b = static_cast<i64>(na);
+    const i64 old = bucket_[n];
+    if (b == old) return;
+    bits_[old * words_ + n / 64] &= ~(u64{1} << (n % 64));
+    bits_[b * words_ + n / 64] |= u64{1} << (n % 64);
+    bucket_[n] = b;
+  }
+
+  void releasing_changed() {
+    releasing_zero_ = false;
+    index_on_ = false;
+  }
+
+  // ------------------------------------------------------------------ job order
+  i64 elastic_state(i64 j) const {
+    const i64 a = active_[j], m = in_.job_min[j];
+    if (a < m) return 0;
+    return a == m ? 1 : 2;
+  }
+
+  bool job_less(i64 a, i64 b) const {
+    const i64 K = in_.K;
+    for (i64 k = 0; k < K; ++k) {
+      const i64 x = cur_key_[a * K + k], y = cur_key_[b * K + k];
+      if (x != y) return x < y;
+    }
+    return a < b;  // never reached: the last key is the job's unique default rank
+  }
+
+  void push(i64 j) {
+    const i64 leaf = in_.job_leaf[j];
+    if (leaf < 0) return;  // no queue: never reachable from the tree
+    if (!heap_made_[leaf]) {
+      heap_made_[leaf] = 1;
+      link(leaf);
+    }
+    if (in_.max_depth >= 0 && heap_size_[leaf] >= in_.max_depth) return;
+    const i64 K = in_.K;
+    for (i64 k = 0; k < K; ++k) {
+      cur_key_[j * K + k] = in_.key_kinds[k] == 1 ? elastic_state(j) : in_.job_key[j * K + k];
+    }
+    i64* h = heap_.data() + heap_off_[leaf];
+    i64 i = heap_size_[leaf]++;
+    h[i] = j;
+    while (i > 0) {
+      const i64 p = (i - 1) / 2;
+      if (!job_less(h[i], h[p])) break;
+      std::swap(h[i], h[p]);
+      i = p;
+    }
+  }
+
+  i64 heap_pop(i64 leaf) {
+    i64* h = heap_.data() + heap_off_[leaf];
+    const i64 top = h[0];
+    const i64 n = --heap_size_[leaf];
+    if (n > 0) {
+      h[0] = h[n];
+      i64 i = 0;
+      for (;;) {
+        const i64 l = 2 * i + 1, r = l + 1;
+        i64 m = i;
+        if (l < n && job_less(h[l], h[m])) m = l;
+        if (r < n && job_less(h[r], h[m])) m = r;
+        if (m == i) break;
+        std::swap(h[i], h[m]);
+        i = m;
+      }
+    }
+    return top;
+  }
+
+  void link(i64 leaf) {
+    const i64* p = path(leaf);
+    const i64 len = path_len(leaf);
+    i64 parent = in_.Q;  // the roots
+    for (i64 k = 0; k < len; ++k) {
+      auto& kids = kids_[static_cast<std::size_t>(parent)];
+      bool found = false;
+      for (i64 c : kids) found = found || c == p[k];
+      if (!found) kids.push_back(p[k]);
+      parent = p[k];
+    }
+  }
+
+  // ----------------------------------------------------------------- queue order
+  const double* job_request(i64 j) {
+    double* out = jreq_.data() + j * 3;
+    if (!jreq_ok_[j]) {
+      i64 first, count;
+      chunk(j, &first, &count);
+      out[0] = out[1] = out[2] = 0.0;
+      for (i64 t = first; t < first + count; ++t) {
+        for (int r = 0; r < 3; ++r) out[r] = out[r] + qvec(t)[r];
+      }
+      jreq_ok_[j] = 1;
+    }
+    return out;
+  }
+
+  double dominant(i64 q, const double* vec) const {
+    double best = 0.0;
+    for (int r = 0; r < 3; ++r) {
+      double cap = in_.q_allocatable[q * 3 + r];
+      if (cap == UNLIMITED) cap = in_.total[r];
+      const double value = cap > 0 ? vec[r] / cap : vec[r] * 1000.0;
+      if (value > best) best = value;
+    }
+    return best;
+  }
+
+  // proportion.queue_order(left, right, left_job, right_job) without victims.
+  int queue_order(i64 l, i64 r, i64 lj, i64 rj) {
+    const double* la = out_.q_alloc.data() + l * 3;
+    const double* ra = out_.q_alloc.data() + r * 3;
+    const double* lf = in_.q_fair + l * 3;
+    const double* rf = in_.q_fair + r * 3;
+    double lreq[3], rreq[3];
+    const double* x = job_request(lj);
+    const double* y = job_request(rj);
+    for (int k = 0; k < 3; ++k) {
+      lreq[k] = x[k];
+      rreq[k] = y[k];
+    }
+    bool lover = true, rover = true;
+    for (int k = 0; k < 3; ++k) {
+      lover = lover && lf[k] < la[k];
+      rover = rover && rf[k] < ra[k];
+    }
+    if (lover != rover) return lover ? 1 : -1;
+    const bool lst = within_deserved(l, lreq), rst = within_deserved(r, rreq);
+    if (lst != rst) return lst ? -1 : 1;
+    const i64 lp = in_.q_priority[l], rp = in_.q_priority[r];
+    if (lp != rp) return lp > rp ? -1 : 1;
+    const bool lz = uses_zero(l, lreq), rz = uses_zero(r, rreq);
+    if (lz != rz) return lz ? 1 : -1;
+    double lv[3], rv[3];
+    for (int k = 0; k < 3; ++k) {
+      lv[k] = (la[k] + lreq[k]) - 0.0;
+      rv[k] = (ra[k] + rreq[k]) - 0.0;
+    }
+    double lds = dominant(l, lv), rds = dominant(r, rv);
+    if (lds != rds) return lds < rds ? -1 : 1;
+    lds = dominant(l, la);
+    rds = dominant(r, ra);
+    if (lds != rds) return lds < rds ? -1 : 1;
+    const double* lc = in_.q_allocatable + l * 3;
+    const double* rc = in_.q_allocatable + r * 3;
+    bool all_le = true, any_lt = false, all_ge = true, any_gt = false;
+    for (int k = 0; k < 3; ++k) {
+      all_le = all_le && lc[k] <= rc[k];
+      any_lt = any_lt || lc[k] < rc[k];
+      all_ge = all_ge && rc[k] <= lc[k];
+      any_gt = any_gt || rc[k] < lc[k];
+    }
+    if (all_le && any_lt) return -1;
+    if (all_ge && any_gt) return 1;
+    const i64 lk = in_.q_rank[l], rk = in_.q_rank[r];
+    if (lk != rk) return lk < rk ? -1 : 1;
+    return 0;
+  }
+
+  bool within_deserved(i64 q, const double* req) const {
+    const double* a = out_.q_alloc.data() + q * 3;
+    const double* d = in_.q_deserved + q * 3;
+    for (int k = 0; k < 3; ++k) {
+      const double total = a[k] + req[k];
+      if (!(d[k] == UNLIMITED || total <= d[k] + 1e-9)) return false;
+    }
+    return true;
+  }
+
+  bool uses_zero(i64 q, const double* req) const {
+    const double* a = out_.q_alloc.data() + q * 3;
+    const double* c = in_.q_allocatable + q * 3;
+    for (int k = 0; k < 3; ++k) {
+      if (c[k] == 0 && a[k] + req[k] > 0) return true;
+    }
+    return false;
+  }
+
+  // Best (queue-at-this-level's subtree) job of queue q; -1 when empty.
+  i64 best(i64 q) {
+    if (memo_stamp_[q] == pop_id_) return memo_job_[q];
+    i64 result;
+    if (heap_size_[q] > 0) {
+      result = heap_[heap_off_[q]];
+    } else {
+      i64 leaf_unused;
+      result = best_among(q, &leaf_unused);
+    }
+    memo_stamp_[q] = pop_id_;
+    memo_job_[q] = result;
+    return result;
+  }
+
+  // Best among the children of `parent` (Q = the roots); returns the job, -1 if none.
+  i64 best_among(i64 parent, i64* best_child) {
+    i64 best_job = -1, best_name = -1;
+    for (i64 c : kids_[static_cast<std::size_t>(parent)]) {
+      const i64 cand = best(c);
+      if (cand < 0) continue;
+      if (best_job < 0 || queue_order(c, best_name, cand, best_job) < 0) {
+        best_job = cand;
+        best_name = c;
+      }
+    }
+    *best_child = best_name;
+    return best_job;
+  }
+
+  i64 pop() {
+    ++pop_id_;
+    i64 child;
+    const i64 j = best_among(in_.Q, &child);
+    if (j < 0) return -1;
+    return heap_pop(in_.job_leaf[j]);
+  }
+
+  // ------------------------------------------------------------------- chunks
+  void chunk(i64 j, i64* first, i64* count) const {
+    const i64 start = ptr_[j], end = in_.job_start[j + 1];
+    const i64 pending = end - start;
+    const i64 a = active_[j], m = in_.job_min[j];
+    i64 n = a < m ? m - a : 1;
+    if (n > pending) n = pending;
+    if (n < 0) n = 0;
+    *first = start;
+    *count = n;
+  }
+
+  bool np_charge(i64 j, bool placed) const {
+    const i64 mode = in_.job_np_mode[j];
+    if (mode != 2) return mode == 1;
+    return placed ? active_[j] <= in_.job_min[j] : active_[j] < in_.job_min[j];
+  }
+
+  void charge(i64 j, i64 t, int sign, bool np) {
+    const i64 leaf = in_.job_leaf[j];
+    const i64* p = path(leaf);
+    const double* v = qvec(t);
+    for (i64 k = path_len(leaf) - 1; k >= 0; --k) {
+      const i64 q = p[k];
+      double* a = out_.q_alloc.data() + q * 3;
+      double* anp = out_.q_alloc_np.data() + q * 3;
+      for (int r = 0; r < 3; ++r) {
+        const double d = sign > 0 ? v[r] : -v[r];
+        a[r] = a[r] + d;
+        if (np) anp[r] = anp[r] + d;
+      }
+      out_.q_events[static_cast<std::size_t>(q)] += 1;
+    }
+  }
+
+  // Returns the kind (kOk, kOverLimit, kOverQuota) and fills info/vec for the message.
+  i64 over_capacity(i64 j, i64 first, i64 count, i64* queue, double* vec) {
+    const i64 leaf = in_.job_leaf[j];
+    const i64* p = path(leaf);
+    const i64 len = path_len(leaf);
+    double request[3] = {0.0, 0.0, 0.0};
+    for (i64 t = first; t < first + count; ++t) {
+      for (int r = 0; r < 3; ++r) request[r] = request[r] + qvec(t)[r];
+    }
+    for (i64 k = len - 1; k >= 0; --k) {
+      const i64 q = p[k];
+      const double* lim = in_.q_limit + q * 3;
+      const double* a = out_.q_alloc.data() + q * 3;
+      for (int r = 0; r < 3; ++r) {
+        if (lim[r] != UNLIMITED && request[r] > 0 && lim[r] < (a[r] + request[r]) - 1e-9) {
+          *queue = q;
+          for (int s = 0; s < 3; ++s) {
+            vec[s] = a[s];
+            vec[3 + s] = request[s];
+          }
+          return kOverLimit;
+        }
+      }
+    }
+    // non_preemptible_part
+    i64 np_count;
+    const i64 mode = in_.job_np_mode[j];
+    if (mode == 0) {
+      np_count = 0;
+    } else if (mode == 1) {
+      np_count = count;
+    } else {
+      const i64 room = in_.job_min[j] - active_[j];
+      np_count = room < 0 ? 0 : (room < count ? room : count);
+    }
+    if (np_count == 0) return kOk;
+    double npreq[3] = {0.0, 0.0, 0.0};
+    for (i64 t = first; t < first + np_count; ++t) {
+      for (int r = 0; r < 3; ++r) npreq[r] = npreq[r] + qvec(t)[r];
+    }
+    for (i64 k = len - 1; k >= 0; --k) {
+      const i64 q = p[k];
+      const double* d = in_.q_deserved + q * 3;
+      const double* a = out_.q_alloc_np.data() + q * 3;
+      for (int r = 0; r < 3; ++r) {
+        if (d[r] != UNLIMITED && npreq[r] > 0 && d[r] < (a[r] + npreq[r]) - 1e-9) {
+          *queue = q;
+          for (int s = 0; s < 3; ++s) {
+            vec[s] = a[s];
+            vec[3 + s] = npreq[s];
+          }
+          return kOverQuota;
+        }
+      }
+    }
+    return kOk;
+  }
+
+  // ---------------------------------------------------------- node selection
+  bool fits(const double* rq, i64 n, bool idle_only) {
+    const double* id = idle(n);
+    const double* rl = rel(n);
+    for (i64 r = 0; r < in_.R; ++r) {
+      const double q = rq[r];
+      if (q == 0.0) continue;
+      if (idle_only) {
+        if (!(q <= id[r] + EPS)) return false;
+      } else {
+        if (!(q <= (id[r] + rl[r]) + EPS)) return false;
+      }
+    }
+    return true;
+  }
+
+  bool passes(i64 sig, i64 n) const {
+    for (i64 p = 0; p < in_.P; ++p) {
+      if (!pmask(sig, p)[n]) return false;
+    }
+    return true;
+  }
+
+  bool requests_gpu(i64 t) const { return req(t)[in_.gpu] > 0; }
+
+  // Returns the chosen node (-1: none) and whether the task fits there on idle capacity.
+  i64 select(i64 t, bool* on_idle) {
+    const double* rq = req(t);
+    const i64 sig = in_.task_sig[t];
+    const double g = rq[in_.gpu];
+    if (index_on_ && g > 0 && g == std::floor(g) && in_.task_nom[t] < 0) {
+      const i64 start = static_cast<i64>(g);
+      for (i64 b = start; b < nb_; ++b) {
+        const u64* w = bits_.data() + b * words_;
+        for (i64 k = 0; k < words_; ++k) {
+          u64 word = w[k];
+          while (word) {
+            const int bit = __builtin_ctzll(word);
+            word &= word - 1;
+            const i64 n = k * 64 + bit;
+            if (fits(rq, n, false) && passes(sig, n)) {
+              *on_idle = true;  // no releasing capacity: fits_any == fits_idle
+              return n;
+            }
+          }
+        }
+      }
+      return -1;
+    }
+    return select_generic(t, on_idle);
+  }
+
+  i64 select_generic(i64 t, bool* on_idle) {
+    const double* rq = req(t);
+    const i64 sig = in_.task_sig[t];
+    const i64 N = in_.N, R = in_.R;
+    cand_.clear();
+    for (i64 n = 0; n < N; ++n) {
+      if (fits(rq, n, false) && passes(sig, n)) cand_.push_back(n);
+    }
+    if (cand_.empty()) return -1;
+    const bool gpu_task = requests_gpu(t);
+    const i64 res = gpu_task ? in_.gpu : in_.cpu;
+    const bool binpack = gpu_task ? in_.gpu_binpack : in_.cpu_binpack;
+    // binpack normalization over the candidates with the resource
+    bool any_valid = false;
+    double lo = 0.0, hi = 0.0;
+    for (i64 n : cand_) {
+      if (!(in_.allocatable[n * R + res] > 0.0)) continue;
+      const double na = idle(n)[res] + rel(n)[res];
+      if (!any_valid) {
+        lo = hi = na;
+        any_valid = true;
+      } else {
+        if (na < lo) lo = na;
+        if (na > hi) hi = na;
+      }
+    }
+    const i64 nom = in_.task_nom[t];
+    i64 best = -1;
+    double best_score = 0.0;
+    for (i64 n : cand_) {
+      double s = 0.0;
+      for (i64 c = 0; c < in_.C; ++c) {
+        double v = 0.0;
+        switch (in_.comps[c]) {
+          case kAvail:
+            v = fits(rq, n, true) ? kAvailability : 0.0;
+            break;
+          case kResType:
+            v = (!gpu_task && in_.allocatable[n * R + in_.gpu] <= 0) ? kResourceType : 0.0;
+            break;
+          case kNominated:
+            v = n == nom ? kNominatedScore : 0.0;
+            break;
+          case kPlacement: {
+            const double na = idle(n)[res] + rel(n)[res];
+            const double alloc = in_.allocatable[n * R + res];
+            if (binpack) {
+              if (!any_valid || hi == 0.0 || !(alloc > 0.0)) {
+                v = 0.0;
+              } else if (lo == hi) {
+                v = kMaxScore;
+              } else {
+                v = kMaxScore * (1.0 - (na - lo) / (hi - lo));
+              }
+            } else {
+              const double cap = gpu_task ? in_.cap_gpu[n] : alloc;
+              v = cap > 0.0 ? na / cap : 0.0;
+            }
+            break;
+          }
+          default:
+            v = 0.0;
+        }
+        s = s + v;
+      }
+      if (best < 0 || s > best_score) {
+        best = n;
+        best_score = s;
+      }
+    }
+    *on_idle = fits(rq, best, true);
+    return best;
+  }
+
+  // filter_nodes' rejection counts: [insufficient resources, predicate 0, ...].
+  const std::vector<i64>& failure_counts(i64 t) {
+    const double* rq = req(t);
+    const i64 sig = in_.task_sig[t];
+    if (fc_version_ == version_ && fc_sig_ == sig &&
+        std::memcmp(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R)) == 0) {
+      return fc_counts_;
+    }
+    std::fill(fc_counts_.begin(), fc_counts_.end(), 0);
+    for (i64 n = 0; n < in_.N; ++n) {
+      if (!fits(rq, n, false)) {
+        fc_counts_[0] += 1;
+        continue;
+      }
+      for (i64 p = 0; p < in_.P; ++p) {
+        if (!pmask(sig, p)[n]) {
+          fc_counts_[static_cast<std::size_t>(1 + p)] += 1;
+          break;
+        }
+      }
+    }
+    fc_version_ = version_;
+    fc_sig_ = sig;
+    std::memcpy(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R));
+    return fc_counts_;
+  }
+
+  // ---------------------------------------------------------- node accounting
+  void place(i64 n, i64 t, bool pipelined) {
+    const double* r = req(t);
+    double* u = used(n);
+    for (i64 k = 0; k < in_.R; ++k) u[k] = u[k] + r[k];
+    if (pipelined) {
+      double* rl = rel(n);
+      for (i64 k = 0; k < in_.R; ++k) rl[k] = rl[k] - r[k];
+      releasing_changed();
+    } else {
+      double* id = idle(n);
+      for (i64 k = 0; k < in_.R; ++k) id[k] = id[k] - r[k];
+    }
+    touched(n);
+  }
+
+  void unplace(i64 n, i64 t, bool pipelined) {
+    const double* r = req(t);
+    double* u = used(n);
+    for (i64 k = 0; k < in_.R; ++k) u[k] = u[k] - r[k];
+    if (pipelined) {
+      double* rl = rel(n);
+      for (i64 k = 0; k < in_.R; ++k) rl[k] = rl[k] + r[k];
+      releasing_changed();
+    } else {
+      double* id = idle(n);
+      for (i64 k = 0; k < in_.R; ++k) id[k] = id[k] + r[k];
+    }
+    touched(n);
+  }
+
+  // ------------------------------------------------------------------ attempt
+  void record(i64 j, i64 kind, i64 first, i64 count, i64 info, i64 flags, i64 active) {
+    out_.att_job.push_back(j);
+    out_.att_kind.push_back(kind);
+    out_.att_first.push_back(first);
+    out_.att_count.push_back(count);
+    out_.att_info.push_back(info);
+    out_.att_flags.push_back(flags);
+    out_.att_active.push_back(active);
+    for (int k = 0; k < 6; ++k) out_.att_vec.push_back(0.0);
+    for (i64 k = 0; k < 1 + in_.P; ++k) out_.att_fail.push_back(0);
+  }
+
+  void attempt(i64 j) {
+    i64 first, count;
+    chunk(j, &first, &count);
+    const i64 pl0 = static_cast<i64>(out_.pl_task.size());
+    if (count == 0) {
+      record(j, kNoTasks, pl0, 0, -1, 0, active_[j]);
+      return;
+    }
+    i64 queue = -1;
+    double vec[6];
+    const i64 over = over_capacity(j, first, count, &queue, vec);
+    if (over != kOk) {
+      record(j, over, pl0, 0, queue, 0, active_[j]);
+      double* v = out_.att_vec.data() + out_.att_vec.size() - 6;
+      for (int k = 0; k < 6; ++k) v[k] = vec[k];
+      return;
+    }
+    const i64 active_before = active_[j];
+    const bool had_allocated = allocset_[j] > 0;
+    i64 placed = 0;
+    for (i64 t = first; t < first + count; ++t) {
+      bool on_idle = false;
+      const i64 n = select(t, &on_idle);
+      if (n < 0) {
+        const std::vector<i64>& fc = failure_counts(t);
+        // a failed chunk: first = tasks placed before the failure, count = chunk size
+        record(j, kNoNode, placed, count, t, 0, active_before);
+        i64* f = out_.att_fail.data() + out_.att_fail.size() - (1 + in_.P);
+        for (i64 k = 0; k < 1 + in_.P; ++k) f[k] = fc[static_cast<std::size_t>(k)];
+        // roll back, newest first
+        for (i64 k = placed - 1; k >= 0; --k) {
+          const std::size_t at = static_cast<std::size_t>(pl0 + k);
+          const i64 tt = out_.pl_task[at], nn = out_.pl_node[at];
+          const bool pipe = out_.pl_pipe[at] != 0;
+          unplace(nn, tt, pipe);
+          active_[j] -= 1;
+          if (pipe) {
+            pipelined_[j] -= 1;
+          } else {
+            nonpipe_[j] -= 1;
+          }
+          charge(j, tt, -1, np_charge(j, false));
+        }
+        out_.pl_task.resize(static_cast<std::size_t>(pl0));
+        out_.pl_node.resize(static_cast<std::size_t>(pl0));
+        out_.pl_pipe.resize(static_cast<std::size_t>(pl0));
+        jreq_ok_[j] = 0;
+        return;
+      }
+      const bool pipe = !on_idle;
+      place(n, t, pipe);
+      active_[j] += 1;
+      if (pipe) {
+        pipelined_[j] += 1;
+      } else {
+        nonpipe_[j] += 1;
+      }
+      charge(j, t, +1, np_charge(j, true));
+      out_.pl_task.push_back(t);
+      out_.pl_node.push_back(n);
+      out_.pl_pipe.push_back(pipe ? 1 : 0);
+      ++placed;
+    }
+    // should_pipeline_job: a gang with a pipelined task not ready without it
+    if (pipelined_[j] > 0 && nonpipe_[j] < in_.job_min[j]) {
+      for (i64 k = 0; k < placed; ++k) {
+        const std::size_t at = static_cast<std::size_t>(pl0 + k);
+        if (out_.pl_pipe[at]) continue;
+        const i64 tt = out_.pl_task[at], nn = out_.pl_node[at];
+        const double* r = req(tt);
+        double* u = used(nn);
+        double* id = idle(nn);
+        double* rl = rel(nn);
+        for (i64 x = 0; x < in_.R; ++x) u[x] = u[x] - r[x];
+        for (i64 x = 0; x < in_.R; ++x) id[x] = id[x] + r[x];
+        for (i64 x = 0; x < in_.R; ++x) u[x] = u[x] + r[x];
+        for (i64 x = 0; x < in_.R; ++x) rl[x] = rl[x] - r[x];
+        releasing_changed();
+        touched(nn);
+        out_.pl_pipe[at] = 1;
+        nonpipe_[j] -= 1;
+        pipelined_[j] += 1;
+      }
+    }
+    i64 binds = 0;
+    for (i64 k = 0; k < placed; ++k) {
+      if (!out_.pl_pipe[static_cast<std::size_t>(pl0 + k)]) ++binds;
+    }
+    const i64 flags = (pipelined_[j] > 0 ? 1 : 0) | (had_allocated ? 2 : 0);
+    record(j, kOk, pl0, placed, -1, flags, active_before);
+    allocset_[j] += binds;
+    ptr_[j] += placed;
+    jreq_ok_[j] = 0;
+    if (ptr_[j] < in_.job_start[j + 1]) push(j);
+  }
+
+ public:
+  void set_jobs(const i64* active, const i64* nonpipe, const i64* pipelined,
+                const i64* allocset) {
+    const auto J = static_cast<std::size_t>(in_.J);
+    active_.assign(active, active + J);
+    nonpipe_.assign(nonpipe, nonpipe + J);
+    pipelined_.assign(pipelined, pipelined + J);
+    allocset_.assign(allocset, allocset + J);
+  }
+};
+
+// ------------------------------------------------------------------ bindings
+constexpr auto kIn = py::array::c_style | py::array::forcecast;
+using F64 = py::array_t<double, kIn>;
+using I64 = py::array_t<i64, kIn>;
+using Bool = py::array_t<bool, kIn>;
+
+template <typename A>
+A get(const py::dict& d, const char* key, std::size_t expect) {
+  if (!d.contains(key)) throw py::key_error(std::string("allocate_loop: missing ") + key);
+  A a = py::cast<A>(d[key]);
+  if (static_cast<std::size_t>(a.size()) != expect) {
+    throw py::value_error(std::string("allocate_loop: ") + key + ": expected " +
+                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
+  }
+  return a;
+}
+
+template <typename T>
+py::array_t<T> to_array(const std::vector<T>& v, std::size_t cols = 0) {
+  if (cols == 0) {
+    py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+    if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+    return a;
+  }
+  py::array_t<T> a({static_cast<py::ssize_t>(v.size() / cols), static_cast<py::ssize_t>(cols)});
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+  return a;
+}
+
+py::dict allocate_loop(const py::dict& d) {
+  In in;
+  auto dim = [&](const char* key) { return py::cast<i64>(d[key]); };
+  in.N = dim("N");
+  in.R = dim("R");
+  in.T = dim("T");
+  in.J = dim("J");
+  in.Q = dim("Q");
+  in.S = dim("S");
+  in.P = dim("P");
+  in.K = dim("K");
+  in.C = dim("C");
+  in.gpu = dim("gpu_col");
+  in.cpu = dim("cpu_col");
+  in.max_depth = dim("max_depth");
+  in.gpu_binpack = py::cast<bool>(d["gpu_binpack"]);
+  in.cpu_binpack = py::cast<bool>(d["cpu_binpack"]);
+  const auto N = static_cast<std::size_t>(in.N), R = static_cast<std::size_t>(in.R);
+  const auto T = static_cast<std::size_t>(in.T), J = static_cast<std::size_t>(in.J);
+  const auto Q = static_cast<std::size_t>(in.Q);
+  if (in.gpu < 0 || in.gpu >= in.R || in.cpu < 0 || in.cpu >= in.R) {
+    throw py::value_error("allocate_loop: resource column out of range");
+  }
+  auto idle = get<F64>(d, "idle", N * R);
+  auto releasing = get<F64>(d, "releasing", N * R);
+  auto used = get<F64>(d, "used", N * R);
+  auto allocatable = get<F64>(d, "allocatable", N * R);
+  auto cap_gpu = get<F64>(d, "cap_gpu", N);
+  auto pred = get<Bool>(d, "pred_masks", static_cast<std::size_t>(in.S * in.P) * N);
+  auto comps = get<I64>(d, "comps", static_cast<std::size_t>(in.C));
+  auto task_req = get<F64>(d, "task_req", T * R);
+  auto task_qvec = get<F64>(d, "task_qvec", T * 3);
+  auto task_sig = get<I64>(d, "task_sig", T);
+  auto task_nom = get<I64>(d, "task_nom", T);
+  auto job_start = get<I64>(d, "job_start", J + 1);
+  auto job_leaf = get<I64>(d, "job_leaf", J);
+  auto job_min = get<I64>(d, "job_min", J);
+  auto job_active = get<I64>(d, "job_active", J);
+  auto job_nonpipe = get<I64>(d, "job_nonpipe", J);
+  auto job_pipelined = get<I64>(d, "job_pipelined", J);
+  auto job_allocset = get<I64>(d, "job_allocset", J);
+  auto job_np_mode = get<I64>(d, "job_np_mode", J);
+  auto job_key = get<I64>(d, "job_key", J * static_cast<std::size_t>(in.K));
+  auto key_kinds = get<I64>(d, "key_kinds", static_cast<std::size_t>(in.K));
+  auto q_path_start = get<I64>(d, "q_path_start", Q + 1);
+  const auto path_total = static_cast<std::size_t>(q_path_start.data()[Q]);
+  auto q_path = get<I64>(d, "q_path", path_total);
+  auto q_deserved = get<F64>(d, "q_deserved", Q * 3);
+  auto q_limit = get<F64>(d, "q_limit", Q * 3);
+  auto q_fair = get<F64>(d, "q_fair", Q * 3);
+  auto q_allocatable = get<F64>(d, "q_allocatable", Q * 3);
+  auto q_alloc = get<F64>(d, "q_alloc", Q * 3);
+  auto q_alloc_np = get<F64>(d, "q_alloc_np", Q * 3);
+  auto q_priority = get<I64>(d, "q_priority", Q);
+  auto q_rank = get<I64>(d, "q_rank", Q);
+  auto total = get<F64>(d, "total", 3);
+  // index validation (the loop trusts them)
+  for (std::size_t t = 0; t < T; ++t) {
+    const i64 s = task_sig.data()[t];
+    if (s < 0 || s >= in.S) throw py::value_error("allocate_loop: task_sig out of range");
+    if (task_nom.data()[t] >= in.N) throw py::value_error("allocate_loop: task_nom range");
+  }
+  for (std::size_t j = 0; j < J; ++j) {
+    const i64 q = job_leaf.data()[j];
+    if (q >= in.Q) throw py::value_error("allocate_loop: job_leaf out of range");
+    const i64 a = job_start.data()[j], b = job_start.data()[j + 1];
+    if (a < 0 || b < a || b > in.T) throw py::value_error("allocate_loop: job_start");
+  }
+  for (std::size_t i = 0; i < path_total; ++i) {
+    const i64 q = q_path.data()[i];
+    if (q < 0 || q >= in.Q) throw py::value_error("allocate_loop: q_path out of range");
+  }
+  in.allocatable = allocatable.data();
+  in.cap_gpu = cap_gpu.data();
+  in.pred = pred.data();
+  in.comps = comps.data();
+  in.task_req = task_req.data();
+  in.task_qvec = task_qvec.data();
+  in.task_sig = task_sig.data();
+  in.task_nom = task_nom.data();
+  in.job_start = job_start.data();
+  in.job_leaf = job_leaf.data();
+  in.job_min = job_min.data();
+  in.job_np_mode = job_np_mode.data();
+  in.job_key = job_key.data();
+  in.key_kinds = key_kinds.data();
+  in.q_path_start = q_path_start.data();
+  in.q_path = q_path.data();
+  in.q_deserved = q_deserved.data();
+  in.q_limit = q_limit.data();
+  in.q_fair = q_fair.data();
+  in.q_allocatable = q_allocatable.data();
+  in.q_priority = q_priority.data();
+  in.q_rank = q_rank.data();
+  in.total = total.data();
+  Out out;
+  out.idle.assign(idle.data(), idle.data() + N * R);
+  out.releasing.assign(releasing.data(), releasing.data() + N * R);
+  out.used.assign(used.data(), used.data() + N * R);
+  out.q_alloc.assign(q_alloc.data(), q_alloc.data() + Q * 3);
+  out.q_alloc_np.assign(q_alloc_np.data(), q_alloc_np.data() + Q * 3);
+  {
+    py::gil_scoped_release nogil;
+    Loop loop(in, out);
+    loop.set_jobs(job_active.data(), job_nonpipe.data(), job_pipelined.data(),
+                  job_allocset.data());
+    loop.run();
+  }
+  py::dict r;
+  r["idle"] = to_array(out.idle, R);
+  r["releasing"] = to_array(out.releasing, R);
+  r["used"] = to_array(out.used, R);
+  r["q_alloc"] = to_array(out.q_alloc, 3);
+  r["q_alloc_np"] = to_array(out.q_alloc_np, 3);
+  r["q_events"] = to_array(out.q_events);
+  r["att_job"] = to_array(out.att_job);
+  r["att_kind"] = to_array(out.att_kind);
+  r["att_first"] = to_array(out.att_first);
+  r["att_count"] = to_array(out.att_count);
+  r["att_info"] = to_array(out.att_info);
+  r["att_flags"] = to_array(out.att_flags);
+  r["att_active"] = to_array(out.att_active);
+  r["att_vec"] = to_array(out.att_vec, 6);
+  r["att_fail"] = to_array(out.att_fail, static_cast<std::size_t>(1 + in.P));
+  r["pl_task"] = to_array(out.pl_task);
+  r["pl_node"] = to_array(out.pl_node);
+  r["pl_pipe"] = to_array(out.pl_pipe);
+  return r;
+}
+
+}  // namespace
+
+void register_bindings(py::module_& m) {
+  m.def("allocate_loop", &allocate_loop, py::arg("inputs"),
+        "The allocate action's loop for the built-in plugins (kai.actions.fast_allocate).");
+}
+
+}  // namespace kai::alloc

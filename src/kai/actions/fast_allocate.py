@@ -1,0 +1,477 @@
+"""The allocate action's fast path: one native call runs the whole loop.
+
+When every plugin of the session is a built-in that declares a native form
+(``native_allocate = True``) and nothing else hooks into allocate (no scalar predicates
+or node-order functions, no pre-predicates, no event handler but proportion's), the
+action's inputs are turned into compact arrays here:
+
+* nodes: idle / releasing / used / allocatable matrices, the GPU capacity nodeplacement
+  spreads by;
+* per distinct pod constraint set (node selector, required affinity, tolerations): the
+  predicates plugin's masks, one per batch predicate;
+* tasks (each job's pending tasks in task order): request vectors, queue vectors
+  ([cpu, memory, gpu]), constraint set, nominated node;
+* jobs: leaf queue, minMember, counts of active/pipelined/allocated tasks,
+  preemptibility, job-order keys (static columns and the elastic state);
+* queues: root-to-leaf paths, deserved / limit / fair share / allocatable share /
+  allocated / allocated non-preemptible, priority and age rank;
+* the score components in registration order and the nodeplacement strategies.
+
+The kernel (``_native.allocate_loop``, native/src/allocate.cpp; numba:
+``kai.backends._numba_allocate``) performs exactly the slow path's decisions and
+floating-point operations and returns the attempts in order (job, outcome, placements,
+failure details) and the final node and queue accounting.  :func:`_apply` replays that
+cheaply: task statuses and nodes, decisions, fit errors (with the slow path's
+messages), start timestamps, queue versions, and the node matrices and proportion
+shares as the kernel left them (bit-identical to the slow path's, rollbacks included).
+
+``KAI_FAST_ALLOCATE=0`` forces the slow path (tests compare the two).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
+from kai.api.resources import CPU, GPU, MEMORY
+from kai.framework.session import Decision, Session
+
+ENV_VAR = "KAI_FAST_ALLOCATE"
+
+# Score components (native/src/allocate.cpp: enum Comp), by scoring plugin.
+_COMPONENTS = {
+    "nodeavailability": 1,
+    "gpusharingorder": 2,
+    "resourcetype": 3,
+    "nominatednode": 4,
+    "nodeplacement": 5,
+}
+_JOB_ORDER = {"priority", "elastic"}
+_TASK_ORDER = {"taskorder", "kubeflow", "ray"}
+_UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
+
+KIND_OK, KIND_NO_TASKS, KIND_OVER_LIMIT, KIND_OVER_QUOTA, KIND_NO_NODE = 0, 1, 2, 3, 4
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _kernel(ssn: Session):
+    name = ssn.backend.name
+    if name == "native":
+        from kai import _native
+
+        return getattr(_native, "allocate_loop", None)
+    if name == "numba":
+        try:
+            from kai.backends._numba_allocate import allocate_loop
+        except ImportError:
+            return None
+        return allocate_loop
+    return None
+
+
+def run(ssn: Session, jobs: list[Job]) -> bool:
+    """Run allocate on the fast path; False (nothing done) when it does not apply."""
+    if not enabled():
+        return False
+    kernel = _kernel(ssn)
+    if kernel is None:
+        return False
+    plan = _prepare(ssn, jobs)
+    if plan is None:
+        return False
+    out = kernel(plan.inputs)
+    _apply(ssn, plan, out)
+    return True
+
+
+# ------------------------------------------------------------------ eligibility
+def _plugins(ssn: Session) -> dict[str, Any] | None:
+    by_name: dict[str, Any] = {}
+    for plugin in ssn.plugins:
+        cls = type(plugin)
+        if not getattr(cls, "native_allocate", False):
+            return None
+        if not cls.__module__.startswith("kai.plugins."):
+            return None
+        if plugin.name in by_name:
+            return None
+        by_name[plugin.name] = plugin
+    return by_name
+
+
+def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
+    regs = ssn._regs
+    if any(regs.get(point) for point in _UNSUPPORTED_POINTS):
+        return False
+    proportion = plugins.get("proportion")
+    if proportion is None:
+        return False
+    handlers = ssn.event_handlers
+    if len(handlers) != 1:
+        return False
+    if handlers[0].allocate_func != proportion._on_allocate:
+        return False
+    queue_order = regs.get("queue_order", [])
+    if len(queue_order) != 1 or queue_order[0].plugin != "proportion":
+        return False
+    capacity = regs.get("job_over_capacity", [])
+    if not capacity or capacity[0].plugin != "proportion":
+        return False
+    if any(reg.plugin not in _JOB_ORDER for reg in regs.get("job_order", [])):
+        return False
+    if any(reg.plugin not in _TASK_ORDER for reg in regs.get("task_order", [])):
+        return False
+    if any(reg.plugin != "predicates" for reg in regs.get("batch_predicate", [])):
+        return False
+    scorers = regs.get("batch_node_order", [])
+    if any(reg.plugin not in _COMPONENTS for reg in scorers):
+        return False
+    return True
+
+
+# ------------------------------------------------------------------ preparation
+class _Plan:
+    __slots__ = ("inputs", "jobs", "tasks", "queues", "predicate_names", "proportion")
+
+    def __init__(self) -> None:
+        self.inputs: dict[str, Any] = {}
+        self.jobs: list[Job] = []
+        self.tasks: list[Task] = []
+        self.queues: list[str] = []
+        self.predicate_names: list[str] = []
+        self.proportion: Any = None
+
+
+def _default_key(x: Job | Task) -> tuple:
+    ts = x.creation_timestamp
+    return ((1, 0.0) if ts is None else (0, ts), x.uid)
+
+
+def _task_key_fns(ssn: Session) -> list:
+    from kai.plugins.ordering import (
+        KUBEFLOW_ROLE_LABEL,
+        RAY_NODE_TYPE_LABEL,
+        _task_priority,
+    )
+
+    def taskorder(task: Task) -> tuple:
+        p = _task_priority(task)
+        return (1, 0) if p is None else (0, -p)
+
+    def kubeflow(task: Task) -> int:
+        return 0 if task.pod.labels.get(KUBEFLOW_ROLE_LABEL) in ("master", "launcher") else 1
+
+    def ray(task: Task) -> int:
+        return 0 if task.pod.labels.get(RAY_NODE_TYPE_LABEL) == "head" else 1
+
+    fns = {"taskorder": taskorder, "kubeflow": kubeflow, "ray": ray}
+    return [fns[reg.plugin] for reg in ssn.registered("task_order")]
+
+
+def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
+    plugins = _plugins(ssn)
+    if plugins is None or not _eligible(ssn, plugins):
+        return None
+    if len({job.uid for job in jobs}) != len(jobs):
+        return None  # equal job keys: the heap's tie order is not reproduced
+    proportion = plugins["proportion"]
+    nodes = ssn.nodes
+    n_nodes = len(nodes)
+    plan = _Plan()
+    plan.proportion = proportion
+
+    # ---- queues
+    queue_names = list(ssn.queues)
+    qidx = {name: i for i, name in enumerate(queue_names)}
+    shares = proportion.shares
+    if any(name not in shares for name in queue_names):
+        return None
+    path_start = [0]
+    path_items: list[int] = []
+    for name in queue_names:
+        path_items.extend(qidx[q] for q in ssn.queue_path(name))
+        path_start.append(len(path_items))
+    share_list = [shares[name] for name in queue_names]
+
+    def qmat(attr: str) -> np.ndarray:
+        if not share_list:
+            return np.zeros((0, 3))
+        return np.array([getattr(s, attr) for s in share_list], dtype=np.float64)
+
+    # ---- tasks and jobs
+    task_keys = _task_key_fns(ssn)
+    pending_status = TaskStatus.PENDING
+    tasks: list[Task] = []
+    job_start = [0]
+    job_leaf, job_min, job_active, job_nonpipe, job_pipelined = [], [], [], [], []
+    job_allocset, job_np_mode = [], []
+    for job in jobs:
+        pending = []
+        active = nonpipe = pipelined = allocset = 0
+        for t in job.tasks:
+            status = t.status
+            if status is pending_status:
+                if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                    return None  # shared GPUs: the slow path
+                pending.append(t)
+            elif t.virtually_evicted:
+                return None
+            if status in ACTIVE_ALLOCATED:
+                active += 1
+                if status is TaskStatus.PIPELINED:
+                    pipelined += 1
+                else:
+                    nonpipe += 1
+            if status in ALLOCATED:
+                allocset += 1
+        if len(pending) > 1:
+            if task_keys:
+                pending.sort(key=lambda t: (*(k(t) for k in task_keys), _default_key(t)))
+            else:
+                pending.sort(key=_default_key)
+        tasks.extend(pending)
+        job_start.append(len(tasks))
+        job_leaf.append(qidx.get(job.queue, -1) if job.queue is not None else -1)
+        job_min.append(job.min_member)
+        job_active.append(active)
+        job_nonpipe.append(nonpipe)
+        job_pipelined.append(pipelined)
+        job_allocset.append(allocset)
+        if job.preemptibility == "semi-preemptible":
+            job_np_mode.append(2)
+        else:
+            job_np_mode.append(0 if job.preemptible else 1)
+
+    # ---- job order keys: registered order, then the default order as a rank
+    kinds: list[int] = []
+    columns: list[list[int]] = []
+    for reg in ssn.registered("job_order"):
+        if reg.plugin == "priority":
+            kinds.append(0)
+            columns.append([-job.priority for job in jobs])
+        else:  # elastic: computed by the kernel from the job's active tasks
+            kinds.append(1)
+            columns.append([0] * len(jobs))
+    order = sorted(range(len(jobs)), key=lambda i: _default_key(jobs[i]))
+    rank = [0] * len(jobs)
+    for r, i in enumerate(order):
+        rank[i] = r
+    kinds.append(0)
+    columns.append(rank)
+    job_key = np.array(columns, dtype=np.int64).T.copy() if jobs else np.zeros((0, len(kinds)))
+
+    # ---- task arrays
+    n_res = nodes.idle.shape[1]
+    if tasks:
+        task_req = np.array([t.request for t in tasks], dtype=np.float64)
+    else:
+        task_req = np.zeros((0, n_res))
+    task_qvec = np.ascontiguousarray(task_req[:, [CPU, MEMORY, GPU]])
+    sig_index: dict[Any, int] = {}
+    sig_tasks: list[Task] = []
+    task_sig = np.zeros(len(tasks), dtype=np.int64)
+    task_nom = np.full(len(tasks), -1, dtype=np.int64)
+    node_index = nodes.index
+    for i, t in enumerate(tasks):
+        pod = t.pod
+        if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
+            key: Any = (
+                tuple(sorted(pod.node_selector.items())),
+                repr(pod.required_node_affinity),
+                tuple(pod.tolerations),
+            )
+        else:
+            key = None
+        s = sig_index.get(key)
+        if s is None:
+            s = sig_index[key] = len(sig_tasks)
+            sig_tasks.append(t)
+        task_sig[i] = s
+        nominated = pod.nominated_node_name
+        if nominated:
+            task_nom[i] = node_index.get(nominated, -1)
+
+    # ---- predicate masks per constraint set
+    predicates = ssn.registered("batch_predicate")
+    plan.predicate_names = [reg.fn[0] for reg in predicates]
+    masks = np.ones((max(len(sig_tasks), 1), len(predicates), n_nodes), dtype=np.bool_)
+    for s, t in enumerate(sig_tasks):
+        for p, reg in enumerate(predicates):
+            ok = reg.fn[1](t, t.job)
+            if ok is None:
+                continue
+            if isinstance(ok, tuple):
+                return None
+            masks[s, p] = ok
+
+    # ---- scoring
+    comps = [_COMPONENTS[reg.plugin] for reg in ssn.registered("batch_node_order")]
+    placement = plugins.get("nodeplacement")
+    gpu_binpack = placement is None or placement.gpu == "binpack"
+    cpu_binpack = placement is None or placement.cpu == "binpack"
+    cap_gpu = getattr(placement, "gpu_capacity", None)
+    if cap_gpu is None or len(cap_gpu) != n_nodes:
+        cap_gpu = nodes.allocatable[:, GPU].copy()
+
+    max_depth = ssn.config.queue_depth_per_action.get("allocate")
+    inputs = {
+        "N": n_nodes,
+        "R": n_res,
+        "T": len(tasks),
+        "J": len(jobs),
+        "Q": len(queue_names),
+        "S": masks.shape[0],
+        "P": len(predicates),
+        "K": len(kinds),
+        "C": len(comps),
+        "gpu_col": GPU,
+        "cpu_col": CPU,
+        "max_depth": -1 if max_depth is None else int(max_depth),
+        "gpu_binpack": gpu_binpack,
+        "cpu_binpack": cpu_binpack,
+        "idle": nodes.idle,
+        "releasing": nodes.releasing,
+        "used": nodes.used,
+        "allocatable": nodes.allocatable,
+        "cap_gpu": np.asarray(cap_gpu, dtype=np.float64),
+        "pred_masks": masks,
+        "comps": np.array(comps, dtype=np.int64),
+        "task_req": task_req,
+        "task_qvec": task_qvec,
+        "task_sig": task_sig,
+        "task_nom": task_nom,
+        "job_start": np.array(job_start, dtype=np.int64),
+        "job_leaf": np.array(job_leaf, dtype=np.int64),
+        "job_min": np.array(job_min, dtype=np.int64),
+        "job_active": np.array(job_active, dtype=np.int64),
+        "job_nonpipe": np.array(job_nonpipe, dtype=np.int64),
+        "job_pipelined": np.array(job_pipelined, dtype=np.int64),
+        "job_allocset": np.array(job_allocset, dtype=np.int64),
+        "job_np_mode": np.array(job_np_mode, dtype=np.int64),
+        "job_key": np.ascontiguousarray(job_key, dtype=np.int64),
+        "key_kinds": np.array(kinds, dtype=np.int64),
+        "q_path_start": np.array(path_start, dtype=np.int64),
+        "q_path": np.array(path_items, dtype=np.int64),
+        "q_deserved": qmat("deserved"),
+        "q_limit": qmat("limit"),
+        "q_fair": qmat("fair_share"),
+        "q_allocatable": (
+            np.array([s.allocatable_share() for s in share_list], dtype=np.float64)
+            if share_list
+            else np.zeros((0, 3))
+        ),
+        "q_alloc": qmat("allocated"),
+        "q_alloc_np": qmat("allocated_non_preemptible"),
+        "q_priority": np.array([s.priority for s in share_list], dtype=np.int64),
+        "q_rank": np.array([s.rank for s in share_list], dtype=np.int64),
+        "total": np.asarray(proportion.total, dtype=np.float64),
+    }
+    plan.inputs = inputs
+    plan.jobs = jobs
+    plan.tasks = tasks
+    plan.queues = queue_names
+    return plan
+
+
+# ------------------------------------------------------------------ replay
+def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
+    from kai.actions.common import describe_failures
+
+    nodes = ssn.nodes
+    names = nodes.names
+    node_tasks = nodes.tasks
+    jobs, tasks = plan.jobs, plan.tasks
+    action = ssn.current_action
+    decisions = ssn.decisions
+    now = ssn.now
+    binding, pipelined_status = TaskStatus.BINDING, TaskStatus.PIPELINED
+    pl_task = out["pl_task"].tolist()
+    pl_node = out["pl_node"].tolist()
+    pl_pipe = out["pl_pipe"].tolist()
+    att_kind = out["att_kind"].tolist()
+    att_job = out["att_job"].tolist()
+    att_first = out["att_first"].tolist()
+    att_count = out["att_count"].tolist()
+    att_flags = out["att_flags"].tolist()
+    for a, kind in enumerate(att_kind):
+        job = jobs[att_job[a]]
+        if kind == KIND_OK:
+            first = att_first[a]
+            for p in range(first, first + att_count[a]):
+                task = tasks[pl_task[p]]
+                node = pl_node[p]
+                task.node = node
+                node_tasks[node].add(task)
+                if pl_pipe[p]:
+                    task.status = pipelined_status
+                    decisions.append(Decision(action, "pipeline", task, names[node], []))
+                else:
+                    task.status = binding
+                    decisions.append(Decision(action, "bind", task, names[node], []))
+            if not att_flags[a]:  # not pipelined and nothing was allocated before
+                job.last_start_timestamp = now
+                job.new_start_timestamp = now
+        elif kind == KIND_NO_TASKS:
+            continue
+        elif kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
+            ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
+        else:
+            placed, chunk = att_first[a], att_count[a]
+            task = tasks[int(out["att_info"][a])]
+            counts = out["att_fail"][a].tolist()
+            failures: dict[str, int] = {}
+            if counts[0]:
+                failures["insufficient resources"] = counts[0]
+            for name, count in zip(plan.predicate_names, counts[1:]):
+                if count:
+                    failures[name] = failures.get(name, 0) + count
+            problem = describe_failures(failures, len(nodes))
+            if chunk > 1 or job.min_member > 1:
+                needed = job.min_member - int(out["att_active"][a])
+                message = (
+                    f"Resources were found for {placed} pods while {max(needed, chunk)} are "
+                    f"required for gang scheduling; pod {task.key}: {problem}"
+                )
+            else:
+                message = f"Resources were not found for pod {task.key} due to: {problem}"
+            ssn.record_fit_error(job, message)
+    # the accounting as the kernel left it
+    nodes.idle[...] = out["idle"]
+    nodes.releasing[...] = out["releasing"]
+    nodes.used[...] = out["used"]
+    nodes.version += 1 + len(pl_task)
+    ssn._fits_idle_cache = None
+    shares = plan.proportion.shares
+    q_alloc, q_alloc_np = out["q_alloc"], out["q_alloc_np"]
+    versions = ssn.queue_versions
+    for qi, count in enumerate(out["q_events"].tolist()):
+        name = plan.queues[qi]
+        share = shares[name]
+        share.allocated[...] = q_alloc[qi]
+        share.allocated_non_preemptible[...] = q_alloc_np[qi]
+        if count:
+            versions[name] += count
+
+
+def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, kind: int) -> str:
+    name = plan.queues[int(out["att_info"][a])]
+    share = plan.proportion.shares[name]
+    vec = out["att_vec"][a]
+    used, request = vec[:3].copy(), vec[3:].copy()
+    if kind == KIND_OVER_LIMIT:
+        bound = share.limit
+        over = (bound != -1.0) & (request > 0) & (bound < used + request - 1e-9)
+        return plan.proportion._quota_message(
+            "OverLimit", name, over, bound, used, request, "limit"
+        )
+    bound = share.deserved
+    over = (bound != -1.0) & (request > 0) & (bound < used + request - 1e-9)
+    return plan.proportion._quota_message(
+        "NonPreemptibleOverQuota", name, over, bound, used, request, "quota"
+    )

@@ -1,0 +1,253 @@
+"""The allocate fast path (one kernel call for the whole loop) decides exactly as the
+Python slow path.
+
+Randomized clusters (fixed seeds) mix what allocate has to get right: a 2-3 level
+queue tree with quotas, limits, over-quota weights and priorities; gangs, elastic jobs,
+semi-preemptible and non-preemptible jobs of several priorities; running and releasing
+pods (pipelining); node selectors, taints and tolerations, unschedulable nodes;
+CPU-only tasks and nodes; task-order labels; nominated nodes; binpack and spread; a
+queue depth limit.  The whole session result (decisions, pod states, pod-group
+reasons, queue shares) of the fast path must equal the slow path's
+(``KAI_FAST_ALLOCATE=0``), for each kernel backend that has a fast path.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+import kai
+from kai.actions import fast_allocate
+from kai.backends import available_backends
+from tests.factory import NOW, node, pod, podgroup, priority_class, queue
+
+
+def _has_kernel(backend: str) -> bool:
+    if backend not in available_backends():
+        return False
+    if backend == "numba":
+        try:
+            import kai.backends._numba_allocate  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+FAST_BACKENDS = [b for b in ("native", "numba") if _has_kernel(b)]
+SEEDS = range(40)
+
+
+def _cluster(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    rng = random.Random(seed)
+    objs: list[dict[str, Any]] = [
+        priority_class("low", 50),
+        priority_class("mid", 75),
+        priority_class("high", 125),
+    ]
+    n_nodes = rng.randint(4, 14)
+    node_names = []
+    for i in range(n_nodes):
+        gpus = rng.choice((0, 2, 4, 8, 8))
+        labels = {"pool": rng.choice(("a", "b", "c"))}
+        if gpus and rng.random() < 0.3:
+            labels["nvidia.com/gpu.count"] = str(rng.choice((gpus, max(gpus // 2, 1))))
+        taints = None
+        if rng.random() < 0.15:
+            taints = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+        name = f"n{i:02d}"
+        node_names.append(name)
+        objs.append(
+            node(
+                name,
+                gpus=gpus,
+                cpu=str(rng.choice((8, 16, 32))),
+                memory=f"{rng.choice((32, 64, 128))}Gi",
+                pods=rng.choice((110, 110, 6)),
+                labels=labels,
+                taints=taints,
+                unschedulable=rng.random() < 0.07,
+            )
+        )
+    # queue tree: 1-2 roots, departments, leaves
+    leaves = []
+    levels = rng.choice((2, 3))
+    roots = [f"r{k}" for k in range(rng.choice((1, 2)))]
+
+    def quota() -> tuple:
+        q = rng.choice((-1, 0, 2, 4, 8, 16))
+        lim = rng.choice((-1, -1, -1, 8, 12, 24))
+        if lim != -1 and q != -1 and lim < q:
+            lim = q
+        return (q, lim, rng.choice((0, 1, 1, 2, 3)))
+
+    created = ["2026-11-20T00:00:00Z", "2026-11-21T00:00:00Z", "2026-11-22T00:00:00Z"]
+    for r in roots:
+        objs.append(queue(r, gpu=quota(), priority=rng.choice((None, 100, 200))))
+        parents = [r]
+        if levels == 3:
+            parents = []
+            for d in range(rng.randint(1, 2)):
+                dep = f"{r}-d{d}"
+                objs.append(queue(dep, parent=r, gpu=quota(), created=rng.choice(created)))
+                parents.append(dep)
+        for p in parents:
+            for k in range(rng.randint(1, 3)):
+                leaf = f"{p}-l{k}"
+                cpu = (-1, -1, 1) if rng.random() < 0.7 else (rng.choice((4, 16)), -1, 1)
+                objs.append(
+                    queue(
+                        leaf,
+                        parent=p,
+                        gpu=quota(),
+                        cpu=cpu,
+                        priority=rng.choice((None, None, 50, 150)),
+                        created=rng.choice(created),
+                    )
+                )
+                leaves.append(leaf)
+    # jobs
+    for j in range(rng.randint(8, 30)):
+        size = rng.choice((1, 1, 1, 2, 3, 4))
+        gpus = rng.choice((0, 1, 1, 1, 2, 4))
+        min_member = rng.choice((size, size, 1, max(size - 1, 1)))
+        q = rng.choice(leaves)
+        created_at = f"2026-11-22T{rng.randint(0, 11):02d}:{rng.randint(0, 59):02d}:00Z"
+        objs.append(
+            podgroup(
+                f"job{j}",
+                queue=q,
+                min_member=min_member,
+                priority_class=rng.choice((None, "low", "mid", "high")),
+                preemptibility=rng.choice((None, None, "semi-preemptible", "non-preemptible")),
+                created=created_at,
+            )
+        )
+        running = rng.random() < 0.35
+        releasing = running and rng.random() < 0.4
+        for t in range(size):
+            kw: dict[str, Any] = {}
+            if rng.random() < 0.2:
+                kw["node_selector"] = {"pool": rng.choice(("a", "b"))}
+            if rng.random() < 0.2:
+                kw["tolerations"] = [
+                    {"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}
+                ]
+            labels = {}
+            if rng.random() < 0.2:
+                labels["kai.scheduler/task-priority"] = str(rng.randint(0, 3))
+            if rng.random() < 0.1:
+                labels["training.kubeflow.org/job-role"] = "master"
+            p = pod(
+                f"job{j}-{t}",
+                gpus=gpus,
+                cpu=str(rng.choice((1, 2, 4))),
+                memory=f"{rng.choice((1, 2, 8))}Gi",
+                group=f"job{j}",
+                queue=q,
+                node=rng.choice(node_names) if running else None,
+                deleting=releasing,
+                labels=labels,
+                created=f"2026-11-22T10:{rng.randint(0, 59):02d}:00Z",
+                **kw,
+            )
+            if not running and rng.random() < 0.1:
+                p["status"]["nominatedNodeName"] = rng.choice(node_names)
+            objs.append(p)
+    config = None
+    if rng.random() < 0.5:
+        plugins = [
+            {"name": "predicates"},
+            {"name": "proportion"},
+            {"name": "priority"},
+            {"name": "elastic"},
+            {"name": "kubeflow"},
+            {"name": "ray"},
+            {"name": "nodeavailability"},
+            {"name": "gpusharingorder"},
+            {"name": "resourcetype"},
+            {"name": "taskorder"},
+            {"name": "nominatednode"},
+            {
+                "name": "nodeplacement",
+                "arguments": {
+                    "gpu": rng.choice(("binpack", "spread")),
+                    "cpu": rng.choice(("binpack", "spread")),
+                },
+            },
+        ]
+        if rng.random() < 0.3:
+            rng.shuffle(plugins)
+        config = {"tiers": [{"plugins": plugins}]}
+        if rng.random() < 0.3:
+            config["queueDepthPerAction"] = {"allocate": rng.choice((1, 2, 5))}
+    return objs, config
+
+
+def _run(objs, config, actions, backend, fast, monkeypatch) -> dict[str, Any]:
+    monkeypatch.setenv(fast_allocate.ENV_VAR, "1" if fast else "0")
+    docs = list(objs)
+    if config is not None:
+        docs.append({"apiVersion": "kai.scheduler/v1", "kind": "SchedulerConfiguration", **config})
+    snapshot = kai.Snapshot.from_objects(docs)
+    result = kai.run_session(snapshot, actions=actions, now=NOW, backend=backend)
+    return result.to_json(explain=True)
+
+
+@pytest.mark.skipif(not FAST_BACKENDS, reason="no backend with an allocate kernel")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fast_path_matches_slow_path(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    objs, config = _cluster(seed)
+    used = []
+    real_run = fast_allocate.run
+
+    def spy(ssn, jobs):
+        done = real_run(ssn, jobs)
+        used.append(done)
+        return done
+
+    monkeypatch.setattr(fast_allocate, "run", spy)
+    for actions in (["allocate"], None):
+        slow = _run(objs, config, actions, "python", False, monkeypatch)
+        for backend in FAST_BACKENDS:
+            used.clear()
+            fast = _run(objs, config, actions, backend, True, monkeypatch)
+            assert used and all(used), f"seed {seed}: the fast path was not taken"
+            assert fast == slow, f"seed {seed}, backend {backend}, actions {actions}"
+
+
+def test_fast_path_is_nontrivial(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random clusters exercise placements, gang failures and pipelining."""
+    kinds = set()
+    reasons = set()
+    for seed in SEEDS:
+        objs, config = _cluster(seed)
+        out = _run(objs, config, ["allocate"], "python", False, monkeypatch)
+        kinds.update(d["type"] for d in out["decisions"])
+        for g in out["podGroups"].values():
+            if g["reason"]:
+                reasons.add(g["reason"].split(" ")[0])
+    assert {"bind", "pipeline"} <= kinds
+    assert "Resources" in reasons
+
+
+def test_switch_forces_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    objs, config = _cluster(0)
+    monkeypatch.setenv(fast_allocate.ENV_VAR, "0")
+    assert not fast_allocate.enabled()
+    monkeypatch.setenv(fast_allocate.ENV_VAR, "1")
+    assert fast_allocate.enabled()
+
+
+def test_user_plugin_takes_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kai.config import SchedulerConfig
+    from kai.framework.session import Session
+
+    objs, _ = _cluster(1)
+    snapshot = kai.Snapshot.from_objects(objs)
+    config = SchedulerConfig.default()
+    ssn = Session(snapshot.state(), config, now=kai.engine.parse_now(NOW), backend="python")
+    ssn.open(config.build_plugins())
+    ssn.add_node_order_fn(lambda task, info: 0.0)
+    assert fast_allocate._prepare(ssn, list(ssn.jobs.values())) is None
