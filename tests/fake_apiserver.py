@@ -3,8 +3,12 @@
 It serves just what ``kai run`` uses, on 127.0.0.1 with an ephemeral port: list and
 watch (chunked JSON lines, a global resourceVersion like etcd's, 410 Gone on demand)
 for the watched kinds, pods/binding, pods/eviction, pod delete, PodGroup merge patches
-(metadata and status), events and leases.  Everything it was asked is recorded in
-``requests`` for assertions.  Watches poll a stop flag, so ``stop()`` ends quickly.
+(metadata and status), pod patches (metadata, and status as a strategic merge patch
+whose ``conditions`` merge by type), events and leases.  Owner kinds (ReplicaSet, Job,
+...) are listed and watched metadata-only (``PartialObjectMetadata``) when the Accept
+header asks for it.  Everything it was asked is recorded in ``requests`` (and the
+headers in ``headers``) for assertions.  Watches poll a stop flag, so ``stop()`` ends
+quickly.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "nodemetrics": ("NodeMetric", "slo.koordinator.sh/v1alpha1", False),
     "leases": ("Lease", "coordination.k8s.io/v1", True),
     "events": ("Event", "v1", True),
+    "replicasets": ("ReplicaSet", "apps/v1", True),
+    "deployments": ("Deployment", "apps/v1", True),
+    "statefulsets": ("StatefulSet", "apps/v1", True),
+    "jobs": ("Job", "batch/v1", True),
+    "jobsets": ("JobSet", "jobset.x-k8s.io/v1alpha2", True),
 }
 PLURAL_OF = {kind: plural for plural, (kind, _, _) in RESOURCES.items()}
 
@@ -49,6 +58,31 @@ def _merge(target: dict, patch: dict) -> dict:
     return target
 
 
+def _strategic_merge(target: dict, patch: dict) -> dict:
+    """Enough of a strategic merge patch for pods: ``conditions`` merge by ``type``."""
+    for key, value in patch.items():
+        if key == "conditions" and isinstance(value, list):
+            current = {c.get("type"): c for c in target.get(key) or []}
+            for cond in value:
+                current[cond.get("type")] = _merge(current.get(cond.get("type"), {}), cond)
+            target[key] = list(current.values())
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _strategic_merge(target[key], value)
+        elif value is None:
+            target.pop(key, None)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
+
+
+def _metadata_only(obj: dict) -> dict:
+    return {
+        "apiVersion": "meta.k8s.io/v1",
+        "kind": "PartialObjectMetadata",
+        "metadata": copy.deepcopy(obj["metadata"]),
+    }
+
+
 def _status(code: int, reason: str, message: str) -> dict:
     return {
         "kind": "Status",
@@ -67,6 +101,7 @@ class FakeApiServer:
         self.objects: dict[tuple[str, str | None, str], dict] = {}
         self.log: list[tuple[int, str, str, dict]] = []  # (rv, plural, type, object)
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, body)
+        self.headers: list[tuple[str, str, dict]] = []  # (method, path, headers)
         self.fail: dict[tuple[str, str], int] = {}  # (verb, ns/name) -> HTTP status
         self.gone_next_watch: set[str] = set()  # plurals whose next watch gets 410
         self.not_served: set[str] = set()  # plurals answered 404, as an absent CRD
@@ -181,6 +216,9 @@ class FakeApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: with Nagle on, the body of an answer
+            # on a kept-alive connection waits ~40 ms for the client's delayed ACK.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
@@ -204,6 +242,7 @@ class FakeApiServer:
                 body = self._body()  # DELETE may carry DeleteOptions: read it too
                 with server.lock:
                     server.requests.append((method, url.path, body))
+                    server.headers.append((method, url.path, dict(self.headers.items())))
                 m = _PATH.match(url.path)
                 if not m or m["plural"] not in RESOURCES:
                     self._send(404, _status(404, "NotFound", f"no route {url.path}"))
@@ -253,10 +292,11 @@ class FakeApiServer:
             h._send(injected, _status(injected, "InternalError", "injected failure"))
             return
         if method == "GET" and name is None:
-            if query.get("watch") in ("true", "1"):
-                self._watch(h, plural, query)
+            meta_only = "as=PartialObjectMetadata" in (h.headers.get("Accept") or "")
+            if (query.get("watch") or "").lower() in ("true", "1", "t"):  # Go ParseBool
+                self._watch(h, plural, query, meta_only)
             else:
-                self._list(h, plural, ns, api_version, kind)
+                self._list(h, plural, ns, api_version, kind, meta_only)
             return
         with self.lock:
             if method == "GET":
@@ -288,10 +328,12 @@ class FakeApiServer:
                 self._record(plural, "DELETED", obj)
                 h._send(201 if sub else 200, {"kind": "Status", "status": "Success"})
             elif method == "PATCH":
+                strategic = "strategic-merge-patch" in (h.headers.get("Content-Type") or "")
+                merge = _strategic_merge if strategic else _merge
                 if sub == "status":
-                    obj["status"] = _merge(obj.get("status") or {}, body.get("status") or {})
+                    obj["status"] = merge(obj.get("status") or {}, body.get("status") or {})
                 else:
-                    _merge(obj, {k: v for k, v in body.items() if k != "status"})
+                    merge(obj, {k: v for k, v in body.items() if k != "status"})
                 self._bump(plural, obj)
                 h._send(200, obj)
             elif method == "PUT":
@@ -330,14 +372,26 @@ class FakeApiServer:
         self._record(plural, "ADDED", body)
         h._send(201, body)
 
-    def _list(self, h: Any, plural: str, ns: str | None, api_version: str, kind: str) -> None:
+    def _list(
+        self,
+        h: Any,
+        plural: str,
+        ns: str | None,
+        api_version: str,
+        kind: str,
+        meta_only: bool = False,
+    ) -> None:
         with self.lock:
             self.list_count[plural] = self.list_count.get(plural, 0) + 1
             items = [
-                {k: v for k, v in o.items() if k not in ("apiVersion", "kind")}
+                _metadata_only(o)
+                if meta_only
+                else {k: v for k, v in o.items() if k not in ("apiVersion", "kind")}
                 for (p, o_ns, _), o in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
                 if p == plural and (ns is None or o_ns == ns)
             ]
+            if meta_only:
+                api_version, kind = "meta.k8s.io/v1", "PartialObjectMetadata"
             body = {
                 "apiVersion": api_version,
                 "kind": f"{kind}List",
@@ -346,7 +400,7 @@ class FakeApiServer:
             }
         h._send(200, body)
 
-    def _watch(self, h: Any, plural: str, query: dict) -> None:
+    def _watch(self, h: Any, plural: str, query: dict, meta_only: bool = False) -> None:
         with self.lock:
             self.watch_count[plural] = self.watch_count.get(plural, 0) + 1
             gone = plural in self.gone_next_watch
@@ -377,7 +431,7 @@ class FakeApiServer:
                             self.lock.wait(0.05)
                             continue
                     for rv, _, type_, obj in pending:
-                        chunk({"type": type_, "object": obj})
+                        chunk({"type": type_, "object": _metadata_only(obj) if meta_only else obj})
                         since = rv
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()

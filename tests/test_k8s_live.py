@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.request
@@ -13,10 +14,11 @@ from click.testing import CliRunner
 
 from kai.cli import main
 from kai.k8s.cache import ClusterCache
-from kai.k8s.client import KINDS, KubeClient
+from kai.k8s.client import KINDS, KubeClient, TokenBucket, parse_owner_resource
 from kai.k8s.leader import LeaderElector
 from kai.k8s.scheduler import Scheduler, SchedulerOptions
 from kai.k8s.server import parse_listen_address
+from kai.snapshot.builder import GPU_GROUP_LABEL
 from tests import factory as f
 from tests.fake_apiserver import FakeApiServer
 
@@ -470,3 +472,271 @@ def test_sigterm_shuts_down_cleanly(api: FakeApiServer, tmp_path: Path) -> None:
     assert proc.returncode == 0, out
     assert "shutting down" in out
     assert api.get("Lease", "kai-scheduler", "kai")["spec"]["holderIdentity"] == ""
+
+
+# ---------------------------------------------------------------------- shared GPUs
+
+
+def _label_of(api: FakeApiServer, name: str) -> str | None:
+    pod = api.get("Pod", name, "default") or {}
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(GPU_GROUP_LABEL)
+
+
+def test_fractional_pods_share_one_device_across_cycles(
+    api: FakeApiServer, client: KubeClient
+) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q"))
+    api.put(f.pod("f1", queue="q", fraction=0.5))
+    sched = Scheduler(client, _options())
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        first = sched.cycle()
+        assert first.applied.bound == ["default/f1"] and first.applied.labelled == ["default/f1"]
+        group = _label_of(api, "f1")
+        assert group and group.startswith("n1-") and len(group) <= 63
+        assert re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", group)
+        pod = api.get("Pod", "f1", "default")
+        assert pod["metadata"]["annotations"]["received-resource-type"] == "Fraction"
+        assert pod["spec"]["nodeName"] == "n1"
+        # The label went in (as a strategic merge patch) before the bind.
+        writes = [(m, p) for m, p, _ in api.requests if m != "GET"]
+        assert writes.index(("PATCH", "/api/v1/namespaces/default/pods/f1")) < writes.index(
+            ("POST", "/api/v1/namespaces/default/pods/f1/binding")
+        )
+        (patch,) = [h for m, p, h in api.headers if m == "PATCH" and p.endswith("/pods/f1")]
+        assert patch["Content-Type"] == "application/strategic-merge-patch+json"
+
+        # A second half-GPU pod, next cycle: the snapshot reads the device back from the
+        # label, and the pod joins it (gpupack) rather than opening the second GPU.
+        api.put(f.pod("f2", queue="q", fraction=0.5))
+        assert api.wait_for(lambda: sched.cache.get("Pod", "default", "f2") is not None)
+        second = sched.cycle()
+        assert second.applied.bound == ["default/f2"]
+        (bind,) = [d for d in second.result.decisions if d.pod == "default/f2"]
+        assert bind.gpu_groups == [group]
+        assert _label_of(api, "f2") == group
+        # Nothing left to do: no repeated label patch, no new bind.
+        assert api.wait_for(lambda: sched.cache.get("Pod", "default", "f2")["spec"].get("nodeName"))
+        third = sched.cycle()
+        assert third.result.decisions == []
+        assert len(api.calls("PATCH", "/pods/f1")) == 1
+    finally:
+        sched.shutdown()
+
+
+def test_a_failed_gpu_group_label_fails_the_bind(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q"))
+    for o in _owned(f.gang("g", 2, gpus=0, fraction=0.5)):
+        api.put(o)
+    api.fail[("patch", "default/g-1")] = 500
+    sched = Scheduler(client, _options(bind_attempts=2))
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        report = sched.cycle()
+    finally:
+        sched.shutdown()
+    applied = report.applied
+    assert list(applied.bind_failed) == ["default/g-1"]
+    assert "labelling its GPU group failed" in applied.bind_failed["default/g-1"]
+    assert api.calls("POST", "/pods/g-1/binding") == []  # no label, no bind
+    label_patches = [c for c in api.calls("PATCH") if c[1].endswith("/pods/g-1")]
+    assert len(label_patches) == 2  # retried
+    assert applied.rollback_groups == ["default/g"]
+    for name in ("g-0", "g-1"):
+        assert _node_of(api, name) is None
+
+
+def test_new_gpu_group_ids_are_unique_stable_label_values() -> None:
+    from kai.api.model import NodeTable
+    from kai.api.objects import NodeObject
+    from kai.api.resources import ResourceTable
+
+    long_name = "gpu-node-" + "x" * 80 + ".example.com"
+    nodes = [NodeObject(name=n, allocatable={"nvidia.com/gpu": 2}) for n in ("n1", long_name)]
+    table = NodeTable(nodes, ResourceTable())
+    ids = {table.new_group_id(i, uid) for i in (0, 1) for uid in ("uid-a", "uid-b")}
+    assert len(ids) == 4  # per node and per first pod
+    assert table.new_group_id(0, "uid-a") == table.new_group_id(0, "uid-a")  # deterministic
+    for gid in ids:
+        assert len(gid) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", gid)
+    # An id still in use on the node (the same pod moved to another device) gets a suffix.
+    taken = table.new_group_id(0, "uid-a")
+    table.gpu_groups[0][taken] = object()  # type: ignore[assignment]
+    assert table.new_group_id(0, "uid-a") == f"{taken}-2"
+
+
+def test_simulate_gpu_groups_are_deterministic() -> None:
+    objs = [f.node("n1", gpus=2), f.queue("q")]
+    objs += [f.pod(f"p{i}", queue="q", fraction=0.3) for i in range(4)]
+    first = f.run(objs, ["allocate"])
+    second = f.run(objs, ["allocate"])
+    groups = [d["gpuGroups"] for d in first["decisions"]]
+    assert groups == [d["gpuGroups"] for d in second["decisions"]]
+    assert all(g and g[0].startswith("n1-") for g in groups)
+
+
+# ---------------------------------------------------------------------- owners
+
+
+def _owner(kind: str, api_version: str, name: str, owner: dict | None = None, **labels) -> dict:
+    meta: dict = {"name": name, "namespace": "default", "uid": f"uid-{kind}-{name}"}
+    if labels:
+        meta["labels"] = {k.replace("_", "/", 1): v for k, v in labels.items()}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "big"}]}}},
+    }
+
+
+def test_owner_preemptibility_is_read_from_watched_owners(
+    api: FakeApiServer, client: KubeClient
+) -> None:
+    label = {"kai.scheduler_preemptibility": "non-preemptible"}
+    deploy = api.put(_owner("Deployment", "apps/v1", "web", **label))
+    rs = api.put(_owner("ReplicaSet", "apps/v1", "web-1", deploy))
+    jobset = api.put(_owner("JobSet", "jobset.x-k8s.io/v1alpha2", "train", **label))
+    job = api.put(_owner("Job", "batch/v1", "train-0", jobset))
+    api.not_served.add("statefulsets")  # an API this cluster lacks: empty, not an error
+    api.put(f.node("n1"))
+    api.put(f.queue("q"))
+    for name, owner in (("web-1-a", rs), ("train-0-a", job), ("plain", None)):
+        pod = f.pod(name, queue="q")
+        if owner is not None:
+            pod["metadata"]["ownerReferences"] = _owner("Pod", "v1", name, owner)["metadata"][
+                "ownerReferences"
+            ]
+        api.put(pod)
+    opts = _options(dry_run=True, owner_resources=["jobset.x-k8s.io/v1alpha2/jobsets=JobSet"])
+    sched = Scheduler(client, opts)
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        report = sched.cycle()
+        cached = sched.cache.get("ReplicaSet", "default", "web-1")
+    finally:
+        sched.shutdown()
+    groups = report.result.pod_groups
+    assert groups["default/web-1-a"].preemptibility == "non-preemptible"
+    assert groups["default/train-0-a"].preemptibility == "non-preemptible"
+    assert groups["default/plain"].preemptibility == "preemptible"  # priority rule
+    # Owners are kept metadata-only, under their own kind.
+    assert cached["kind"] == "ReplicaSet" and cached["apiVersion"] == "apps/v1"
+    assert "spec" not in cached and cached["metadata"]["uid"] == rs["metadata"]["uid"]
+    # Asked for metadata only where the client can send the header (kubernetes >= 36).
+    accepts = {p: h.get("Accept", "") for m, p, h in api.headers if m == "GET"}
+    meta_only = client.metadata_only_lists
+    assert ("as=PartialObjectMetadata" in accepts["/apis/apps/v1/replicasets"]) == meta_only
+    jobsets = accepts["/apis/jobset.x-k8s.io/v1alpha2/jobsets"]
+    assert ("as=PartialObjectMetadata" in jobsets) == meta_only
+    assert "as=PartialObjectMetadata" not in accepts["/api/v1/pods"]
+
+
+def test_owner_resource_parsing() -> None:
+    k = parse_owner_resource("kubeflow.org/v1/pytorchjobs")
+    assert (k.group, k.version, k.plural) == ("kubeflow.org", "v1", "pytorchjobs")
+    assert k.name == "Pytorchjob"  # a guess; owners are found by uid
+    assert k.metadata_only and k.namespaced
+    assert parse_owner_resource("jobset.x-k8s.io/v1alpha2/jobsets=JobSet").name == "JobSet"
+    with pytest.raises(ValueError):
+        parse_owner_resource("jobsets")
+    res = CliRunner().invoke(main, ["run", "--owner-resources", "apps/v1", "--once"])
+    assert res.exit_code == 2 and "--owner-resources" in res.output
+
+
+# ---------------------------------------------------------------------- PodScheduled
+
+
+def _pod_scheduled(api: FakeApiServer, name: str) -> dict | None:
+    conditions = (api.get("Pod", name, "default").get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+
+def test_pending_pods_get_pod_scheduled_false_once(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=1))
+    api.put(f.queue("q"))
+    for o in f.gang("big", 2, gpus=1):  # a gang of 2 on one GPU: pending
+        o.setdefault("status", {})["conditions"] = [{"type": "Initialized", "status": "True"}]
+        api.put(o)
+    half = f.gang("half", 2, gpus=0)  # one member gated: the gang waits for it
+    half[2]["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    for o in half:
+        api.put(o)
+    sched = Scheduler(client, _options())
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        first = sched.cycle()
+        # A gated pod's PodScheduled condition is the API server's (SchedulingGated).
+        assert first.applied.pod_conditions == ["default/big-0", "default/big-1", "default/half-0"]
+        cond = _pod_scheduled(api, "big-0")
+        message = first.result.pod_groups["default/big"].reason
+        assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
+        assert cond["message"] == message and cond["lastTransitionTime"]
+        # A strategic merge patch of the status subresource: other conditions stay.
+        pod = api.get("Pod", "big-0", "default")
+        assert {c["type"] for c in pod["status"]["conditions"]} == {"Initialized", "PodScheduled"}
+        (call,) = [h for m, p, h in api.headers if p.endswith("/pods/big-0/status")]
+        assert call["Content-Type"] == "application/strategic-merge-patch+json"
+        # Unchanged next cycle: not written again.
+        second = sched.cycle()
+        assert second.applied.pod_conditions == []
+        assert len(api.calls("PATCH", "/pods/big-0/status")) == 1
+    finally:
+        sched.shutdown()
+
+
+# ---------------------------------------------------------------------- rate limiting
+
+
+def test_token_bucket_waits_for_tokens() -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    bucket = TokenBucket(10, 3, clock=lambda: now[0], sleep=sleep)
+    for _ in range(3):
+        assert bucket.acquire() == 0  # the burst
+    assert bucket.acquire() == pytest.approx(0.1)
+    assert bucket.reserve() == pytest.approx(0.1)  # queued behind the previous one...
+    assert bucket.reserve() == pytest.approx(0.2)
+    now[0] += 1.0  # ...refilled, up to the burst
+    assert bucket.acquire(wait_for_it=False) == 0
+    assert TokenBucket(0, 1).reserve() == 0  # qps 0: no limit
+    assert slept == [pytest.approx(0.1)]
+
+
+def test_client_requests_share_the_rate_limit(api: FakeApiServer) -> None:
+    c = KubeClient.for_host(api.url, qps=10, burst=1)
+    try:
+        start = time.monotonic()
+        for _ in range(4):
+            c.list(KINDS["Node"])
+        elapsed = time.monotonic() - start
+        waited = c.limiter.waited
+        c.get_lease("kai", "x")  # takes a token without waiting for it...
+        assert c.limiter.waited == waited
+        c.list(KINDS["Node"])  # ...which the next request waits for
+    finally:
+        c.close()
+    # 4 requests, 1 at once, 10/s: at least 0.3 s however fast the server answers.
+    assert 0.3 <= elapsed < 2.0 and waited > 0
+    assert c.limiter.waited > waited

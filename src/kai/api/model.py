@@ -9,6 +9,8 @@ once; tasks and jobs are small Python objects that point into those matrices.
 from __future__ import annotations
 
 import enum
+import hashlib
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -281,6 +283,10 @@ class GpuGroup:
         return "busy"
 
 
+# Characters a label value may not hold (new GPU group ids become label values).
+_LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
 class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
@@ -319,7 +325,6 @@ class NodeTable:
             [n.ready and not n.unschedulable and not n.pressure_conditions for n in nodes],
             dtype=np.bool_,
         )
-        self._new_group_seq = 0
         # Bumped on every change of the capacity matrices (add_task / remove_task), so
         # results computed from them can be cached until the next change.
         self.version = 0
@@ -327,9 +332,26 @@ class NodeTable:
     def __len__(self) -> int:
         return len(self.names)
 
-    def new_group_id(self) -> str:
-        self._new_group_seq += 1
-        return f"kai-shared-{self._new_group_seq}"
+    def new_group_id(self, node: int, seed: str) -> str:
+        """An id for a shared GPU a task opens on ``node`` (``seed``: the task's uid).
+
+        The live scheduler writes it into the pod's ``runai-gpu-group`` label and the next
+        session reads it back, so it must stay unique on the node across sessions: it is
+        the node's name and a hash of (node, the first pod's uid), which no other pod
+        shares (a running pod keeps its group, a new pod has a new uid); an id still in
+        use on the node (the same pod moved to another device in one session) gets a
+        suffix.  Deterministic, so ``kai simulate`` prints the same ids on every run, and
+        a valid label value (at most 63 characters).
+        """
+        name = self.names[node]
+        digest = hashlib.sha1(f"{name}\0{seed}".encode()).hexdigest()[:10]
+        prefix = _LABEL_UNSAFE.sub("-", name)[:40].strip("-_.")
+        base = f"{prefix}-{digest}" if prefix else digest
+        gid, n = base, 1
+        while gid in self.gpu_groups[node]:
+            n += 1
+            gid = f"{base}-{n}"
+        return gid
 
     def non_allocated(self) -> np.ndarray:
         return self.idle + self.releasing
@@ -442,6 +464,8 @@ class ClusterState:
     warnings: list[str] = field(default_factory=list)
     # Koordinator NodeMetrics by node name (read by the loadaware plugin).
     node_metrics: dict[str, NodeMetricObject] = field(default_factory=dict)
+    # Request vectors shared by pods that ask for the same resources (read-only).
+    request_vectors: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
 
     def all_tasks(self) -> list[Task]:
         return self.tasks + self.foreign_tasks + self.passive_tasks

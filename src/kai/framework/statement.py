@@ -79,7 +79,7 @@ class Statement:
         task.status = status
         task.node = node
         if task.is_shared_gpu:
-            task.gpu_group = gpu_group or self.ssn.nodes.new_group_id()
+            task.gpu_group = gpu_group or self.ssn.nodes.new_group_id(node, task.uid)
         self._attach(task)
         if was_evicted:
             # A moved victim stays a victim on its old node until it really goes.

@@ -1,10 +1,13 @@
 """Apply a session's committed decisions to the cluster.
 
 Order: evictions first (they free what pipelined and reclaiming groups wait for), then
-binds, then PodGroup annotations and status, then events.  Binds run in parallel with
-retries; when a gang cannot be completed (a bind fails for good and the group would stay
-below minMember), its remaining binds are skipped and the members bound in this cycle
-are rolled back: a pod cannot be unbound, so a controller-owned member is deleted (its
+binds, then PodGroup annotations and status, the pending pods' ``PodScheduled``
+condition, then events.  Binds run in parallel with retries; a shared-GPU pod is first
+labelled with its device group (``runai-gpu-group``), which the next snapshot reads
+back, and a pod whose label cannot be written is not bound (a failed bind).  When a
+gang cannot be completed (a bind fails for good and the group would stay below
+minMember), its remaining binds are skipped and the members bound in this cycle are
+rolled back: a pod cannot be unbound, so a controller-owned member is deleted (its
 controller recreates it pending) and any other member is left and reported.
 """
 
@@ -24,11 +27,14 @@ from kai.engine import LAST_START_ANNOTATION, STALE_ANNOTATION, SessionResult
 from kai.k8s.cache import POD_GROUP_ANNOTATION, CacheSnapshot, ClusterCache
 from kai.k8s.client import POD_GROUP, KubeClient, status_of
 from kai.k8s.metrics import SchedulerMetrics
+from kai.snapshot.builder import GPU_GROUP_LABEL
 
 log = logging.getLogger(__name__)
 
 LAST_EVICTION_ANNOTATION = "kai.scheduler/last-eviction-timestamp"
 UNSCHEDULABLE_CONDITION = "UnschedulableOnNodePool"
+RECEIVED_RESOURCE_TYPE_ANNOTATION = "received-resource-type"
+RECEIVED_TYPE_FRACTION = "Fraction"
 # Group outcomes that are no scheduling problem (nothing to say in an event).
 _QUIET_REASONS = frozenset({"no pods to schedule"})
 
@@ -143,6 +149,8 @@ class ApplyReport:
     evict_failed: dict[str, str] = field(default_factory=dict)
     pipelined: list[str] = field(default_factory=list)
     patched_groups: list[str] = field(default_factory=list)
+    labelled: list[str] = field(default_factory=list)  # shared-GPU pods given their group
+    pod_conditions: list[str] = field(default_factory=list)  # PodScheduled=False written
     events: int = 0
 
     def summary(self) -> str:
@@ -150,7 +158,8 @@ class ApplyReport:
             f"bound {len(self.bound)}, bind failed {len(self.bind_failed)}, "
             f"rolled back {len(self.rolled_back)} in {len(self.rollback_groups)} group(s), "
             f"evicted {len(self.evicted)}, evict failed {len(self.evict_failed)}, "
-            f"pipelined {len(self.pipelined)}, podgroups patched {len(self.patched_groups)}"
+            f"pipelined {len(self.pipelined)}, podgroups patched {len(self.patched_groups)}, "
+            f"pod conditions {len(self.pod_conditions)}"
         )
 
 
@@ -209,6 +218,7 @@ class Binder:
                     report.events += self.events.emit(_ref(raw), "Pipelined", msg)
         self._count_groups(result, snap, rolled)
         self._patch_groups(result, snap, report, rolled, now)
+        self._pod_conditions(result, snap, report, rolled, members, now)
         self._group_events(result, snap, report, rolled, members)
         return report
 
@@ -280,6 +290,8 @@ class Binder:
             gangs[key] = _Gang(key, min_members.get(key) or 1, active)
 
         created = {p.key: p.creation_timestamp for p in snap.objects.pods}
+        labelled_pods: list[str] = []
+        labelled_lock = threading.Lock()
 
         def one(d: Any) -> tuple[Any, str, BaseException | None]:
             gang = gangs[group_of(d.pod, snap.pods.get(d.pod))]
@@ -287,7 +299,19 @@ class Binder:
             if gang.failed.is_set() and gang.min_member > 1:
                 return d, "skipped", None
             ns, _, name = d.pod.partition("/")
-            uid = ((snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
+            raw = snap.pods.get(d.pod) or {}
+            uid = (raw.get("metadata") or {}).get("uid")
+            if d.gpu_groups:
+                # The device group first: without it the next cycle would not know which
+                # shared GPU the pod is on.  No label, no bind.
+                try:
+                    labelled = self._label_gpu_group(ns, name, raw, d.gpu_groups[0])
+                except Exception as err:  # noqa: BLE001 - reported per pod
+                    gang.failed.set()
+                    return d, "failed", RuntimeError(f"labelling its GPU group failed: {err}")
+                if labelled:
+                    with labelled_lock:
+                        labelled_pods.append(d.pod)
             if created.get(d.pod) is not None:
                 waited = (datetime.now(timezone.utc) - created[d.pod]).total_seconds()
                 self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
@@ -316,7 +340,32 @@ class Binder:
                 report.bind_failed[d.pod] = str(err)
                 self.metrics.bind_failures.inc()
                 log.warning("binding %s to %s failed: %s", d.pod, d.node, err)
+        report.labelled.extend(sorted(labelled_pods))
         return self._rollback(gangs, snap, report)
+
+    def _label_gpu_group(self, ns: str, name: str, raw: dict, group: str) -> bool:
+        """Record a shared-GPU pod's device group on the pod (label ``runai-gpu-group``,
+        annotation ``received-resource-type: Fraction``); False when it is there already."""
+        meta = raw.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        if (
+            labels.get(GPU_GROUP_LABEL) == group
+            and annotations.get(RECEIVED_RESOURCE_TYPE_ANNOTATION) == RECEIVED_TYPE_FRACTION
+        ):
+            return False
+        patch = {
+            "metadata": {
+                "labels": {GPU_GROUP_LABEL: group},
+                "annotations": {RECEIVED_RESOURCE_TYPE_ANNOTATION: RECEIVED_TYPE_FRACTION},
+            }
+        }
+        updated = with_retries(
+            lambda: self.client.patch_pod(ns, name, patch), self.attempts, self.backoff
+        )
+        if self.cache is not None and isinstance(updated, dict):
+            self.cache.observe_write("Pod", updated)
+        return True
 
     def _rollback(
         self, gangs: dict[str, _Gang], snap: CacheSnapshot, report: ApplyReport
@@ -492,6 +541,55 @@ class Binder:
         if self.cache is not None and isinstance(updated, dict):
             self.cache.observe_write(POD_GROUP.name, updated)
 
+    def _pod_conditions(
+        self,
+        result: SessionResult,
+        snap: CacheSnapshot,
+        report: ApplyReport,
+        rolled: set[str],
+        members: dict[str, list[str]],
+        now: datetime,
+    ) -> None:
+        """``PodScheduled=False`` (reason ``Unschedulable``, the group's reason) on the
+        pending pods of each group that waits, written only when it changed."""
+        placed = set(report.bound) | set(report.rolled_back)
+        todo: list[tuple[str, dict]] = []
+        for key, g in result.pod_groups.items():
+            message = _pending_message(g, key in rolled)
+            if message is None:
+                continue
+            for pod in members.get(key, ()):
+                res = result.pods.get(pod)
+                pending = res is not None and res.status == "Pending"
+                failed = pod in report.bind_failed or pod in report.skipped
+                if pod in placed or not (pending or failed):
+                    continue
+                raw = snap.pods.get(pod) or {}
+                if (raw.get("spec") or {}).get("schedulingGates"):
+                    continue  # the API server says SchedulingGated; not ours to change
+                condition = _scheduled_condition(raw, message, now)
+                if condition is not None:
+                    todo.append((pod, condition))
+
+        def one(item: tuple[str, dict]) -> None:
+            pod, condition = item
+            ns, _, name = pod.partition("/")
+            try:
+                updated = with_retries(
+                    lambda: self.client.patch_pod_status(ns, name, {"conditions": [condition]}),
+                    self.attempts,
+                    self.backoff,
+                )
+            except Exception as err:  # noqa: BLE001 - best effort, the next cycle retries
+                log.warning("patching the PodScheduled condition of %s failed: %s", pod, err)
+                return
+            report.pod_conditions.append(pod)
+            if self.cache is not None and isinstance(updated, dict):
+                self.cache.observe_write("Pod", updated)
+
+        list(self.pool.map(one, todo))
+        report.pod_conditions.sort()
+
     def _group_events(
         self,
         result: SessionResult,
@@ -526,6 +624,38 @@ def _pending_message(g: Any, rolled_back: bool) -> str | None:
     if g.scheduled or not g.reason or g.reason in _QUIET_REASONS:
         return None
     return str(g.reason)
+
+
+def _scheduled_condition(raw: dict, message: str, now: datetime) -> dict | None:
+    """The PodScheduled condition to write on a pending pod, or None when the pod has it
+    already (same status, reason and message: no repeated writes)."""
+    status = raw.get("status") or {}
+    current = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if isinstance(c, dict) and c.get("type") == "PodScheduled"
+        ),
+        None,
+    )
+    if (
+        current is not None
+        and current.get("status") == "False"
+        and current.get("reason") == "Unschedulable"
+        and current.get("message") == message
+    ):
+        return None
+    # The transition time moves only when the status does (a new message is no transition).
+    since = current.get("lastTransitionTime") if current is not None else None
+    if current is None or current.get("status") != "False" or not since:
+        since = _rfc3339(now)
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": since,
+    }
 
 
 def _mark_bound(node: str) -> Callable[[dict], bool]:

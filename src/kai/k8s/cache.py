@@ -6,6 +6,12 @@ out of the API server's window) makes the thread list again.  ``snapshot()`` con
 store into :class:`~kai.api.objects.ClusterObjects` for one scheduling cycle; converted
 objects are kept per (object, resourceVersion), so only changed objects are parsed again.
 An object that does not convert is reported and left out, never fatal.
+
+Besides the scheduling kinds, the cache keeps the metadata of the pods' usual owners
+(ReplicaSets, Deployments, StatefulSets, Jobs, and any ``extra_owner_kinds``); they go
+into the snapshot as generic objects, through which the engine finds a pod's top owner
+and its ``kai.scheduler/preemptibility`` label.  An owner kind the API server does not
+serve (404) or does not let us read (403) is empty, as an absent CRD is.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 
 from kai.api.errors import InputError
 from kai.api.objects import ClusterObjects, NodeObject, PodObject, QueueObject
-from kai.k8s.client import KINDS, Kind, KubeClient, WatchStream, status_of
+from kai.k8s.client import KINDS, OWNER_KINDS, Kind, KubeClient, WatchStream, status_of
 from kai.snapshot.loader import convert_object
 
 log = logging.getLogger(__name__)
@@ -74,6 +80,7 @@ class ClusterCache:
         client: KubeClient,
         kinds: Iterable[Kind] | None = None,
         *,
+        extra_owner_kinds: Iterable[Kind] = (),
         nodepool_label_key: str = "kai.scheduler/node-pool",
         partition_label_value: str = "",
         watch_timeout: int = 300,
@@ -81,7 +88,12 @@ class ClusterCache:
         missing_crd_retry: float = 60.0,
     ) -> None:
         self.client = client
-        self.kinds = list(kinds if kinds is not None else KINDS.values())
+        if kinds is None:
+            kinds = [*KINDS.values(), *OWNER_KINDS]
+        self.kinds = list(kinds)
+        for extra in extra_owner_kinds:
+            if all(k.name != extra.name for k in self.kinds):
+                self.kinds.append(extra)
         self.nodepool_label_key = nodepool_label_key
         self.partition_label_value = partition_label_value
         self.watch_timeout = watch_timeout
@@ -141,13 +153,14 @@ class ClusterCache:
             try:
                 items, rv = self.client.list(kind)
             except Exception as err:  # noqa: BLE001 - keep the informer alive
-                if status_of(err) == 404 and kind.group not in ("", "scheduling.k8s.io"):
-                    # The CRD is not installed (NodeMetric without Koordinator): schedule
-                    # without it and look again later.
+                code = status_of(err)
+                missing = code == 404 and kind.group not in ("", "scheduling.k8s.io")
+                if missing or (code == 403 and kind.metadata_only):
+                    # The CRD is not installed (NodeMetric without Koordinator), or an
+                    # owner kind we may not read: schedule without it and look again later.
                     if not self._synced[kind.name].is_set():
-                        log.warning(
-                            "%s is not served (CRD not installed); going on without it", kind.name
-                        )
+                        why = "not served (CRD not installed)" if missing else "forbidden (RBAC)"
+                        log.warning("%s is %s; going on without it", kind.name, why)
                     self._replace(kind, [])
                     self._synced[kind.name].set()
                     self._stop.wait(self.missing_crd_retry)
@@ -322,6 +335,10 @@ class ClusterCache:
         )
         out.priority_classes = [pc for _, pc in sorted_items("PriorityClass")]
         out.node_metrics = [m for _, m in sorted_items("NodeMetric") if m.name in nodes]
+        # Owners are not split by node pool: a pod anywhere may point at any of them.
+        for kind in self.kinds:
+            if kind.metadata_only:
+                out.others.extend(obj for _, obj in sorted_items(kind.name))
         for raw, pod in sorted_items("Pod"):
             if self._pod_in_shard(pod, nodes, groups_all, kept_groups):
                 out.pods.append(pod)

@@ -5,13 +5,32 @@ Reads (list, watch) return the API server's JSON as plain dicts (camelCase, exac
 client's typed models, and their slow snake_case round trip, are never built.  That also
 sidesteps the client's known bug on ``create_namespaced_pod_binding``, whose response is a
 ``Status`` that fails to deserialize as a ``V1Binding`` (``target`` must not be None).
+
+Only arguments every client since ``kubernetes`` 28 accepts are passed (``_content_type``
+and ``_headers`` came with the regenerated client of 36/37; older ones reject them):
+
+* patches rely on the client's default content type: a JSON merge patch for custom
+  objects (PodGroups), and for a dict body on a built-in kind (pods) the client turns its
+  default JSON-patch type into a strategic merge patch, which merges ``status.conditions``
+  by type as kube-scheduler's own patches do;
+* the owner kinds are listed metadata-only (``PartialObjectMetadata``) when the client
+  takes ``_headers``, else as full objects, of which the cache keeps the metadata only.
+
+Every request of a :class:`KubeClient` first takes a token from one bucket (``qps``,
+``burst``), as client-go's client-side rate limiter does.  Lease calls take theirs without
+waiting: kube-scheduler gives its election a client of its own for the same reason, so
+that a long queue of binds never makes the leader miss its renew deadline.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
-from collections.abc import Iterator
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -22,7 +41,22 @@ from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ApiException", "Kind", "KINDS", "KubeClient", "status_of"]
+__all__ = [
+    "ApiException",
+    "Kind",
+    "KINDS",
+    "OWNER_KINDS",
+    "KubeClient",
+    "TokenBucket",
+    "parse_owner_resource",
+    "status_of",
+]
+
+# The API server answers a list or watch with only the objects' metadata for this Accept
+# (and with full objects, the fallback after the comma, where it cannot).
+METADATA_ONLY_ACCEPT = (
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +68,8 @@ class Kind:
     version: str
     plural: str
     namespaced: bool
+    # An owner kind: only its metadata is read (for ownerReferences and labels).
+    metadata_only: bool = False
 
     @property
     def api_version(self) -> str:
@@ -53,6 +89,30 @@ KINDS: dict[str, Kind] = {
 }
 POD_GROUP = KINDS["PodGroup"]
 
+# The usual top owners of pods, read for the kai.scheduler/preemptibility label.
+OWNER_KINDS: tuple[Kind, ...] = (
+    Kind("ReplicaSet", "apps", "v1", "replicasets", True, True),
+    Kind("Deployment", "apps", "v1", "deployments", True, True),
+    Kind("StatefulSet", "apps", "v1", "statefulsets", True, True),
+    Kind("Job", "batch", "v1", "jobs", True, True),
+)
+
+
+def parse_owner_resource(spec: str) -> Kind:
+    """An extra owner kind from ``GROUP/VERSION/RESOURCE[=Kind]`` (``--owner-resources``),
+    e.g. ``jobset.x-k8s.io/v1alpha2/jobsets=JobSet``.  Without ``=Kind`` the kind is
+    guessed from the resource (owners are found by uid, so the guess rarely matters)."""
+    path, _, kind = spec.strip().partition("=")
+    parts = path.strip().strip("/").split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"owner resource {spec!r}: expected GROUP/VERSION/RESOURCE[=Kind]")
+    group, version, plural = parts
+    kind = kind.strip()
+    if not kind:
+        singular = plural[:-1] if plural.endswith("s") else plural
+        kind = singular[:1].upper() + singular[1:]
+    return Kind(kind, group, version, plural, True, True)
+
 
 def status_of(err: BaseException) -> int:
     """HTTP status of a client error; 0 for connection-level failures."""
@@ -68,6 +128,50 @@ def _drain(resp: Any) -> None:
         resp.release_conn()
 
 
+class TokenBucket:
+    """Client-side rate limiting shared by every request of a client: ``qps`` tokens a
+    second, at most ``burst`` saved up.  A request takes a token, waiting for it when the
+    bucket is empty (reservations may drive the count below zero: waiters queue up in
+    order, like Go's ``rate.Limiter.Wait``).  ``qps <= 0`` turns the limit off."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.qps = float(qps)
+        self.burst = max(1, int(burst))
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(self.burst)
+        self._last = clock()
+        self._lock = threading.Lock()
+        self.waited = 0.0  # seconds spent waiting, in total
+
+    def reserve(self) -> float:
+        """Take a token; the seconds to wait before using it."""
+        if self.qps <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def acquire(self, *, wait_for_it: bool = True) -> float:
+        """Take a token, sleeping until it is due.  ``wait_for_it=False`` takes it without
+        waiting (the lease's renewals: a queue of binds must not cost the leadership)."""
+        wait = self.reserve()
+        if wait > 0 and wait_for_it:
+            self.waited += wait
+            self._sleep(wait)
+        return wait
+
+
 def _json(resp: Any) -> Any:
     try:
         data = resp.data if hasattr(resp, "data") else resp.read()
@@ -79,13 +183,24 @@ def _json(resp: Any) -> Any:
 class KubeClient:
     """The API calls of the live scheduler, on one ``kubernetes.client.ApiClient``."""
 
-    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        request_timeout: float = 30.0,
+        qps: float = 50.0,
+        burst: int = 300,
+    ) -> None:
         self.api_client = api_client
         self.core = k8s.CoreV1Api(api_client)
         self.custom = k8s.CustomObjectsApi(api_client)
         self.scheduling = k8s.SchedulingV1Api(api_client)
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.timeout = request_timeout
+        self.limiter = TokenBucket(qps, burst)
+        # _headers (a metadata-only Accept) exists in the regenerated clients only.
+        params = inspect.signature(self.custom.list_cluster_custom_object).parameters
+        self.metadata_only_lists = "_headers" in params
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -95,6 +210,8 @@ class KubeClient:
         context: str | None = None,
         *,
         qps_pool: int = 32,
+        qps: float = 50.0,
+        burst: int = 300,
     ) -> KubeClient:
         """Kubeconfig when given (or $KUBECONFIG / ~/.kube/config), else in-cluster config."""
         cfg = k8s.Configuration()
@@ -107,27 +224,37 @@ class KubeClient:
                 k8s_config.load_incluster_config(client_configuration=cfg)
             except k8s_config.ConfigException:
                 k8s_config.load_kube_config(client_configuration=cfg)
-        return cls.from_configuration(cfg, qps_pool=qps_pool)
+        return cls.from_configuration(cfg, qps_pool=qps_pool, qps=qps, burst=burst)
 
     @classmethod
-    def from_configuration(cls, cfg: k8s.Configuration, *, qps_pool: int = 32) -> KubeClient:
+    def from_configuration(
+        cls,
+        cfg: k8s.Configuration,
+        *,
+        qps_pool: int = 32,
+        qps: float = 50.0,
+        burst: int = 300,
+    ) -> KubeClient:
         # Watches hold one connection each and binds run in parallel: a pool smaller than
         # that makes urllib3 open and discard connections with a warning each time.
         cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, qps_pool)
-        return cls(k8s.ApiClient(cfg))
+        return cls(k8s.ApiClient(cfg), qps=qps, burst=burst)
 
     @classmethod
-    def for_host(cls, host: str) -> KubeClient:
+    def for_host(cls, host: str, *, qps: float = 50.0, burst: int = 300) -> KubeClient:
         cfg = k8s.Configuration()
         cfg.host = host
-        return cls.from_configuration(cfg)
+        return cls.from_configuration(cfg, qps=qps, burst=burst)
 
     def close(self) -> None:
         self.api_client.close()
 
     # ------------------------------------------------------------------ list / watch
     def _list_call(self, kind: Kind, **kw: Any) -> Any:
+        self.limiter.acquire()
         kw["_preload_content"] = False
+        if kind.metadata_only and self.metadata_only_lists:
+            kw["_headers"] = {"Accept": METADATA_ONLY_ACCEPT}
         if kind.name == "Pod":
             return self.core.list_pod_for_all_namespaces(**kw)
         if kind.name == "Node":
@@ -148,9 +275,7 @@ class KubeClient:
             body = _json(self._list_call(kind, **kw))
             for item in body.get("items") or []:
                 # List items omit apiVersion and kind; the loader needs them.
-                item.setdefault("apiVersion", kind.api_version)
-                item.setdefault("kind", kind.name)
-                items.append(item)
+                items.append(_typed(item, kind))
             meta = body.get("metadata") or {}
             token = meta.get("continue")
             if not token:
@@ -180,6 +305,7 @@ class KubeClient:
             target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         # _preload_content=False: the response is a Status, not a Binding (client bug).
+        self.limiter.acquire()
         resp = self.core.create_namespaced_pod_binding(
             name, namespace, body, _preload_content=False, _request_timeout=self.timeout
         )
@@ -191,20 +317,25 @@ class KubeClient:
             kind="Eviction",
             metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
         )
+        self.limiter.acquire()
         resp = self.core.create_namespaced_pod_eviction(
             name, namespace, body, _preload_content=False, _request_timeout=self.timeout
         )
         _drain(resp)
 
     def delete_pod(self, namespace: str, name: str) -> None:
+        self.limiter.acquire()
         resp = self.core.delete_namespaced_pod(
             name, namespace, _preload_content=False, _request_timeout=self.timeout
         )
         _drain(resp)
 
     def patch_pod_group(self, namespace: str, name: str, patch: dict) -> dict:
-        """JSON merge patch of a PodGroup's metadata/spec; returns the updated object."""
+        """JSON merge patch of a PodGroup's metadata/spec; returns the updated object.
+
+        (Custom objects are patched as JSON merge patches by the client's default.)"""
         k = POD_GROUP
+        self.limiter.acquire()
         return _json(
             self.custom.patch_namespaced_custom_object(
                 k.group,
@@ -213,7 +344,6 @@ class KubeClient:
                 k.plural,
                 name,
                 patch,
-                _content_type="application/merge-patch+json",
                 _preload_content=False,
                 _request_timeout=self.timeout,
             )
@@ -221,6 +351,7 @@ class KubeClient:
 
     def patch_pod_group_status(self, namespace: str, name: str, status: dict) -> dict:
         k = POD_GROUP
+        self.limiter.acquire()
         return _json(
             self.custom.patch_namespaced_custom_object_status(
                 k.group,
@@ -229,7 +360,32 @@ class KubeClient:
                 k.plural,
                 name,
                 {"status": status},
-                _content_type="application/merge-patch+json",
+                _preload_content=False,
+                _request_timeout=self.timeout,
+            )
+        )
+
+    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
+        """Strategic merge patch of a pod (metadata); returns the updated pod.
+
+        A dict body on a built-in kind is sent as a strategic merge patch by every client
+        version (see the module's docstring)."""
+        self.limiter.acquire()
+        return _json(
+            self.core.patch_namespaced_pod(
+                name, namespace, patch, _preload_content=False, _request_timeout=self.timeout
+            )
+        )
+
+    def patch_pod_status(self, namespace: str, name: str, status: dict) -> dict:
+        """Strategic merge patch of a pod's status subresource (``conditions`` merge by
+        type); returns the updated pod."""
+        self.limiter.acquire()
+        return _json(
+            self.core.patch_namespaced_pod_status(
+                name,
+                namespace,
+                {"status": status},
                 _preload_content=False,
                 _request_timeout=self.timeout,
             )
@@ -268,6 +424,7 @@ class KubeClient:
             reporting_component=component,
             reporting_instance=instance or component,
         )
+        self.limiter.acquire()
         resp = self.core.create_namespaced_event(
             namespace, body, _preload_content=False, _request_timeout=self.timeout
         )
@@ -275,6 +432,7 @@ class KubeClient:
 
     # ------------------------------------------------------------------ leases
     def get_lease(self, namespace: str, name: str) -> dict | None:
+        self.limiter.acquire(wait_for_it=False)
         try:
             resp = self.coordination.read_namespaced_lease(
                 name, namespace, _preload_content=False, _request_timeout=self.timeout
@@ -286,6 +444,7 @@ class KubeClient:
         return _json(resp)
 
     def create_lease(self, namespace: str, lease: dict) -> dict:
+        self.limiter.acquire(wait_for_it=False)
         resp = self.coordination.create_namespaced_lease(
             namespace, _lease_model(lease), _preload_content=False, _request_timeout=self.timeout
         )
@@ -294,6 +453,7 @@ class KubeClient:
     def update_lease(self, namespace: str, lease: dict) -> dict:
         """Replace a Lease; its metadata.resourceVersion makes it a compare-and-swap."""
         name = lease["metadata"]["name"]
+        self.limiter.acquire(wait_for_it=False)
         resp = self.coordination.replace_namespaced_lease(
             name,
             namespace,
@@ -302,6 +462,21 @@ class KubeClient:
             _request_timeout=self.timeout,
         )
         return _json(resp)
+
+
+def _typed(obj: dict, kind: Kind) -> dict:
+    """Give a listed or watched object its apiVersion and kind (list items have none); an
+    owner keeps only its metadata (a metadata-only answer says PartialObjectMetadata)."""
+    if kind.metadata_only:
+        meta = dict(obj.get("metadata") or {})
+        meta.pop("managedFields", None)
+        real = obj.get("kind")
+        if not real or real == "PartialObjectMetadata":
+            real = kind.name
+        return {"apiVersion": kind.api_version, "kind": real, "metadata": meta}
+    obj.setdefault("apiVersion", kind.api_version)
+    obj.setdefault("kind", kind.name)
+    return obj
 
 
 def _parse_micro(value: Any) -> datetime | None:
@@ -333,6 +508,16 @@ def _lease_model(lease: dict) -> k8s.V1Lease:
             lease_transitions=spec.get("leaseTransitions"),
         ),
     )
+
+
+def _shutdown_socket(resp: Any) -> None:
+    """Shut down the socket under a urllib3 1.x / < 2.3 response (no ``shutdown()``)."""
+    sock = getattr(getattr(resp, "_connection", None), "sock", None)
+    if sock is None:  # through http.client's buffered reader
+        raw = getattr(getattr(getattr(resp, "_fp", None), "fp", None), "raw", None)
+        sock = getattr(raw, "_sock", None)
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class WatchStream:
@@ -370,17 +555,20 @@ class WatchStream:
                     continue
                 obj = event.get("object") or {}
                 if event.get("type") != "ERROR":
-                    obj.setdefault("apiVersion", self.kind.api_version)
-                    obj.setdefault("kind", self.kind.name)
+                    obj = _typed(obj, self.kind)
                 yield str(event.get("type") or ""), obj
 
     def close(self) -> None:
-        # shutdown() (urllib3 >= 2.3) unblocks a read in progress in another thread.
+        # shutdown() (urllib3 >= 2.3) unblocks a read in progress in another thread; with
+        # an older urllib3 the socket itself is shut down, else close() would wait for the
+        # blocked read, i.e. for the watch's timeout.
         self.closed = True
         shutdown = getattr(self.resp, "shutdown", None)
         try:
             if shutdown is not None:
                 shutdown()
+            else:
+                _shutdown_socket(self.resp)
             self.resp.close()
         except Exception:  # noqa: BLE001 - closing a dead socket may fail; nothing to do
             pass

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from kai.api.model import ClusterState
@@ -22,7 +22,7 @@ from kai.config import SchedulerConfig
 from kai.engine import SessionResult, Snapshot, run_session
 from kai.k8s.binder import ApplyReport, Binder, EventRecorder, _ref
 from kai.k8s.cache import CacheSnapshot, ClusterCache
-from kai.k8s.client import KubeClient
+from kai.k8s.client import KubeClient, parse_owner_resource
 from kai.k8s.leader import LeaderElector, default_identity
 from kai.k8s.metrics import SchedulerMetrics
 from kai.k8s.server import HealthServer
@@ -53,6 +53,8 @@ class SchedulerOptions:
     bind_backoff: float = 0.2
     watch_timeout: int = 300
     event_repeat_after: float = 600.0
+    # Extra owner kinds to read, GROUP/VERSION/RESOURCE[=Kind] (CRDs such as JobSet).
+    owner_resources: list[str] = field(default_factory=list)
 
     @property
     def nodepool(self) -> str:
@@ -96,6 +98,7 @@ class Scheduler:
             nodepool_label_key=opts.nodepool_label_key,
             partition_label_value=opts.partition_label_value,
             watch_timeout=opts.watch_timeout,
+            extra_owner_kinds=[parse_owner_resource(r) for r in opts.owner_resources],
         )
         self.cache.on_relist = lambda kind: self.metrics.cache_relists.labels(kind).inc()
         self.events = EventRecorder(
