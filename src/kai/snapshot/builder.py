@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
+import numpy as np
+
 from kai.api.model import (
     ON_NODE,
     ClusterState,
@@ -29,7 +31,7 @@ from kai.api.objects import (
     PodObject,
 )
 from kai.api.preemptibility import resolve_preemptibility
-from kai.api.resources import GPU, ResourceTable
+from kai.api.resources import GPU, PODS, ResourceTable
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
 POD_GROUP_ANNOTATION = "pod-group-name"
@@ -242,10 +244,24 @@ def _owner_index(others: list[GenericObject]) -> dict[str, dict]:
     return {"uid": by_uid, "name": by_name}
 
 
+def _request_vector(state: ClusterState, requests: dict[str, float]) -> np.ndarray:
+    """The pod's request vector (one ``pods`` unit included).
+
+    Pods of one workload ask for the same resources, so vectors are shared between
+    them; they are read-only so that sharing stays safe.
+    """
+    key = tuple(requests.items())
+    vec = state.request_vectors.get(key)
+    if vec is None:
+        vec = state.resources.vector(requests)
+        vec[PODS] = 1.0
+        vec.flags.writeable = False
+        state.request_vectors[key] = vec
+    return vec
+
+
 def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
-    table = state.resources
-    request = table.vector(pod.requests)
-    request[table.index["pods"]] = 1.0
+    request = _request_vector(state, pod.requests)
     fraction = 0.0
     memory_mib = 0.0
     raw_fraction = pod.annotations.get(GPU_FRACTION_ANNOTATION)
@@ -273,9 +289,11 @@ def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
                 "is not a positive number of MiB"
             )
     if fraction >= 1.0:  # a whole device is an ordinary GPU request
+        request = request.copy()
         request[GPU] = max(request[GPU], 1.0)
         fraction = 0.0
     elif fraction > 0 or memory_mib > 0:
+        request = request.copy()
         request[GPU] = 0.0
     status = pod_status(pod)
     node = -1
