@@ -13,6 +13,7 @@ from kai.framework.session import Session
 from kai.solvers import ActionBudget, JobSolver, SearchLimits
 from kai.solvers.job_solver import STOP_REASONS
 from kai.solvers.simulate import Validator
+from kai.solvers.victims import VictimPool, potential_victim
 
 
 def has_active_allocated(job: Job) -> bool:
@@ -24,7 +25,10 @@ def victim_invariant_problem(ssn: Session, job: Job, tasks: list[Task]) -> str |
     alloc = ssn.nodes.allocatable
     if not len(alloc):
         return "no nodes"
-    largest = alloc.max(axis=0)
+    cached = ssn.cache.get("eviction.largest_node")
+    if cached is None or cached[0] is not alloc:
+        cached = ssn.cache["eviction.largest_node"] = (alloc, alloc.max(axis=0))
+    largest = cached[1]
     names = ssn.state.resources.names
     for task in tasks:
         over = np.flatnonzero(task.request > largest + 1e-9)
@@ -42,13 +46,38 @@ def run_eviction_action(
     *,
     preemptible_only: bool,
     admit: Callable[[Job], bool],
-    candidates: Callable[[Job], list[Job]],
+    accept: Callable[[Job, Job], bool],
     validator: Callable[[Job], Validator],
+    candidates: Callable[[Job], list[Job]] | None = None,
+    accept_leaf: Callable[[Job, str], bool] | None = None,
 ) -> None:
-    """Pop pending jobs in queue order and search victims for each (see kai.solvers)."""
+    """Pop pending jobs in queue order and search victims for each (see kai.solvers).
+
+    Victims of a preemptor are the potential victims (:func:`potential_victim`) that
+    ``accept(preemptor, job)``.  They are read from a :class:`VictimPool` kept for the
+    whole action, unless ``candidates`` gives the list itself or some job-order function
+    has no sort key (then the list is built per job).  ``accept_leaf(preemptor, queue)``,
+    if given, is False only for leaf queues none of whose jobs ``accept`` takes.
+    """
     jobs = schedulable_jobs(ssn, preemptible_only=preemptible_only, check_preemption_delay=True)
     queue = JobQueue(ssn, jobs, max_depth=ssn.config.queue_depth_per_action.get(action))
     budget = ActionBudget(action, SearchLimits.for_session(ssn))
+    pool = VictimPool.for_session(ssn) if candidates is None else None
+
+    def victims_of(preemptor: Job):
+        if candidates is not None:
+            return candidates(preemptor)
+        if pool is not None:
+            return pool.candidates(
+                lambda job: job is not preemptor and accept(preemptor, job),
+                None if accept_leaf is None else partial(accept_leaf, preemptor),
+            )
+        return [
+            job
+            for job in ssn.jobs.values()
+            if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
+        ]
+
     while True:
         job = queue.pop()
         if job is None:
@@ -63,10 +92,13 @@ def run_eviction_action(
             ssn.record_fit_error(job, problem)
             continue
         ssn.on_job_solution_start()
-        solver = JobSolver(ssn, budget, validator(job), action, partial(candidates, job))
+        solver = JobSolver(ssn, budget, validator(job), action, partial(victims_of, job))
         result = solver.solve(job)
         if result.solved and result.statement is not None:
+            touched = {op.task.job for op in result.statement.ops}
             result.statement.commit()
+            if pool is not None:
+                pool.update(touched)
             continue
         if result.reason in STOP_REASONS:
             return  # out of time, or nothing can ever be solved (no generator)

@@ -9,11 +9,12 @@ somewhere in the same scenario: consolidation never loses a pod.
 from __future__ import annotations
 
 from kai.actions import register_action
-from kai.actions._eviction import has_active_allocated, run_eviction_action
+from kai.actions._eviction import run_eviction_action
 from kai.actions.common import tasks_to_allocate
 from kai.api.model import Job, Task
 from kai.framework.session import Session
 from kai.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
+from kai.solvers.victims import potential_victim
 
 #: Most victim jobs one consolidation may consider (-1: unlimited, as KAI's tests use).
 MAX_CONSOLIDATION_PREEMPTEES = -1
@@ -31,17 +32,16 @@ def consolidation(ssn: Session) -> None:
         ready = ssn.nodes.schedulable
         return float(node_gpu_capacity(ssn)[ready].sum()) + 1e-9 >= need
 
+    def accept(preemptor: Job, job: Job) -> bool:
+        return True  # any potential victim (valid, preemptible, running, known queue)
+
     def candidates(preemptor: Job) -> list[Job]:
         out = [
             job
             for job in ssn.jobs.values()
-            if job is not preemptor
-            and job.queue in ssn.queues
-            and not job.invalid_reason
-            and job.preemptible
-            and has_active_allocated(job)
+            if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
         ]
-        return out if limit < 0 else out[: limit + 1]
+        return out[: limit + 1]
 
     def validator(preemptor: Job):
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
@@ -54,7 +54,8 @@ def consolidation(ssn: Session) -> None:
         "consolidation",
         preemptible_only=True,
         admit=enough_gpus,
-        candidates=candidates,
+        accept=accept,
+        candidates=candidates if limit >= 0 else None,
         validator=validator,
     )
 

@@ -9,7 +9,7 @@ preempt scenario validators (elastic, min-runtime).
 from __future__ import annotations
 
 from kai.actions import register_action
-from kai.actions._eviction import has_active_allocated, run_eviction_action
+from kai.actions._eviction import run_eviction_action
 from kai.actions.common import tasks_to_allocate
 from kai.api.model import Job, Task
 from kai.framework.session import Session
@@ -24,18 +24,13 @@ def preempt(ssn: Session) -> None:
             return False
         return True
 
-    def candidates(preemptor: Job) -> list[Job]:
-        return [
-            job
-            for job in ssn.jobs.values()
-            if job is not preemptor
-            and job.queue == preemptor.queue
-            and not job.invalid_reason
-            and job.preemptible
+    def accept(preemptor: Job, job: Job) -> bool:
+        """Beyond a potential victim (valid, preemptible, running, known queue)."""
+        return (
+            job.queue == preemptor.queue
             and job.priority < preemptor.priority
-            and has_active_allocated(job)
             and ssn.preempt_victim_filter(preemptor, job)
-        ]
+        )
 
     def validator(preemptor: Job):
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
@@ -49,7 +44,8 @@ def preempt(ssn: Session) -> None:
         "preempt",
         preemptible_only=False,
         admit=admit,
-        candidates=candidates,
+        accept=accept,
+        accept_leaf=lambda preemptor, queue: queue == preemptor.queue,
         validator=validator,
     )
 

@@ -11,25 +11,16 @@ Victims are evicted (Releasing) and the reclaimer is pipelined onto what they fr
 from __future__ import annotations
 
 from kai.actions import register_action
-from kai.actions._eviction import has_active_allocated, run_eviction_action
+from kai.actions._eviction import run_eviction_action
 from kai.api.model import Job, Task
 from kai.framework.session import Session
 from kai.solvers.scenario import Scenario
 
 
 def reclaim(ssn: Session) -> None:
-    def candidates(reclaimer: Job) -> list[Job]:
-        return [
-            job
-            for job in ssn.jobs.values()
-            if job is not reclaimer
-            and job.queue != reclaimer.queue
-            and job.queue in ssn.queues
-            and not job.invalid_reason
-            and job.preemptible
-            and has_active_allocated(job)
-            and ssn.reclaim_victim_filter(reclaimer, job)
-        ]
+    def accept(reclaimer: Job, job: Job) -> bool:
+        """Beyond a potential victim (valid, preemptible, running, known queue)."""
+        return job.queue != reclaimer.queue and ssn.reclaim_victim_filter(reclaimer, job)
 
     def validator(reclaimer: Job):
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
@@ -43,7 +34,8 @@ def reclaim(ssn: Session) -> None:
         "reclaim",
         preemptible_only=False,
         admit=ssn.can_reclaim_resources,
-        candidates=candidates,
+        accept=accept,
+        accept_leaf=lambda reclaimer, queue: queue != reclaimer.queue,
         validator=validator,
     )
 

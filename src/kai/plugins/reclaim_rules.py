@@ -83,15 +83,29 @@ class ReclaimRules:
         self.multiplier = plugin.saturation_multiplier
         # Queue state as it was when the current job's solution search started.
         self.frozen: dict[str, QueueShare] | None = None
+        self._request_memo: tuple[Job, tuple[int, int], np.ndarray] | None = None
 
     # ----------------------------------------------------------------- helpers
     def _shares(self) -> dict[str, QueueShare]:
         return self.frozen if self.frozen is not None else self.plugin.shares
 
     def request(self, job: Job) -> np.ndarray:
-        from kai.actions.common import tasks_to_allocate
+        """The job's next chunk (cached per job state by the proportion plugin).
 
-        return self.plugin.request_of(tasks_to_allocate(self.ssn, job))
+        Also remembered per (job, version of its queue, decisions so far): a status change
+        of one of the job's tasks fires an event that bumps the version, and a commit
+        (which clears eviction marks without events) adds decisions.
+        """
+        ssn = self.ssn
+        if job.queue not in ssn.queues:
+            return self.plugin._job_request(job)
+        version = (ssn.queue_versions[job.queue], len(ssn.decisions))
+        memo = self._request_memo
+        if memo is not None and memo[0] is job and memo[1] == version:
+            return memo[2]
+        request = self.plugin._job_request(job)
+        self._request_memo = (job, version, request)
+        return request
 
     def path(self, shares: dict[str, QueueShare], queue: str) -> list[str]:
         out: list[str] = []

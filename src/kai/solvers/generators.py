@@ -85,30 +85,36 @@ def multi_node_gang(
 def _prefix_subsets(
     ssn: Session, state: AccumulatedState, feasible: np.ndarray
 ) -> Iterator[set[int]]:
-    from kai.solvers.scenario import gpu_freed, node_gpu_capacity
+    from kai.solvers.scenario import node_gpu_capacity
 
     base = node_gpu_capacity(ssn)
     requests = state.gpu_requests
     smallest = float(requests.min()) if len(requests) else 0.0
     demand = float(requests.sum())
-    order: list[int] = []  # victim-bearing nodes in first-appearance order
-    for batch in state.batches:
-        for task in batch.tasks:
-            if task.node >= 0 and task.node not in order:
-                order.append(task.node)
+    order = state.node_order  # victim-bearing nodes in first-appearance order
     capacity: dict[int, float] = {}
-    for node in order:
-        cap = base[node] + state.recorded_on_node.get(node, 0.0)
-        for i in state.victim_nodes.get(node, []):
-            cap += sum(gpu_freed(ssn, t) for t in state.batches[i].tasks if t.node == node)
-        capacity[node] = cap
+    recorded_on_node = state.recorded_on_node
+    index = np.array(order, dtype=np.intp)
+    totals = state.freed_totals(order)
+    if totals is not None and np.array_equal(base[index], np.floor(base[index])):
+        # Whole GPUs only: every partial sum is an exact integer, so summing the batch
+        # totals at once gives the same values as adding batch by batch.
+        recorded = np.array([recorded_on_node.get(n, 0.0) for n in order], dtype=np.float64)
+        capacity = dict(zip(order, (base[index] + recorded) + totals))
+    else:
+        for node in order:
+            cap = base[node] + recorded_on_node.get(node, 0.0)
+            for freed in state.freed_on_node[node]:  # per batch on the node, in batch order
+                cap += freed
+            capacity[node] = cap
     candidates = [n for n in order if capacity[n] + 1e-9 >= smallest]
     if not candidates:
         return
     position = {n: i for i, n in enumerate(order)}
     candidates.sort(key=lambda n: (capacity[n], position[n]))
-    victim_set = set(order)
-    baseline = float(sum(base[i] for i in np.flatnonzero(feasible) if int(i) not in victim_set))
+    outside = feasible.copy()
+    outside[order] = False
+    baseline = float(sum(base[outside].tolist()))  # summed in node order, as a loop would
     needed = demand - baseline
     total = 0.0
     start = 0

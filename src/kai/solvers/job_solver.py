@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kai.api.model import ACTIVE_USED, Job, Task
+from kai.api.resources import GPU
 from kai.framework.session import Session
 from kai.framework.statement import Statement
 from kai.solvers.budget import ActionBudget, JobBudget
 from kai.solvers.generators import GENERATORS
-from kai.solvers.scenario import Scenario
+from kai.solvers.scenario import Scenario, gpu_slots_suffice
 from kai.solvers.simulate import Simulation, Validator, simulate
 
 SOLVED = "solved"
@@ -190,6 +191,7 @@ class JobSolver:
                 within[task.node] = True
         deadline = job_budget.generator_deadline(name)
         clock = self.budget.clock
+        bound = _PlacementBound(ssn, pending, within)
         for scenario in gen(ssn, job, pending, recorded, victims, within):
             if job_budget.exhausted():
                 return _Probe(None, DEADLINE_EXHAUSTED)
@@ -199,6 +201,9 @@ class JobSolver:
             if key in failed:
                 continue
             job_budget.scenarios += 1
+            if not bound.may_fit(scenario):
+                failed.add(key)  # the simulation could not place the pending tasks
+                continue
             sim = simulate(ssn, scenario, within, self.validator, self.action)
             if not sim.solved:
                 failed.add(key)
@@ -208,6 +213,34 @@ class JobSolver:
                 sim.statement.discard()
             return _Probe(sim, SOLVED)
         return _Probe(None, GENERATORS_EXHAUSTED)
+
+
+class _PlacementBound:
+    """A sound pre-check of a scenario's simulation (which places whole-GPU pending tasks
+    only where ``request <= idle + releasing`` after the evictions, on the probe's nodes
+    plus the victims' nodes): if even the GPU slots of those nodes cannot take the
+    pending tasks, the simulation would fail, and is skipped."""
+
+    def __init__(self, ssn: Session, pending: list[Task], within: np.ndarray) -> None:
+        self.requests = [
+            float(t.request[GPU]) for t in pending if not t.is_shared_gpu and t.request[GPU] > 0
+        ]
+        if self.requests:
+            nodes = ssn.nodes
+            self.base = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
+            self.within = within
+
+    def may_fit(self, scenario: Scenario) -> bool:
+        if not self.requests:
+            return True
+        victims = [t for t in scenario.victim_tasks() if t.node >= 0]
+        index = np.fromiter((t.node for t in victims), dtype=np.intp, count=len(victims))
+        freed = np.fromiter((t.request[GPU] for t in victims), dtype=np.float64, count=len(victims))
+        capacity = self.base.copy()
+        np.add.at(capacity, index, freed)
+        mask = self.within.copy()
+        mask[index] = True
+        return gpu_slots_suffice(capacity[mask], self.requests)
 
 
 def victim_jobs_of(tasks: list[Task]) -> list[Job]:

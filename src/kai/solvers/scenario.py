@@ -10,14 +10,16 @@ arithmetic, native kernels) before a generator turns it into scenarios.
 
 from __future__ import annotations
 
-import copy
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 
 import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.api.resources import GPU
+from kai.backends._common import EPS
 from kai.framework.session import Session
 
 
@@ -72,16 +74,40 @@ def gpu_freed(ssn: Session, task: Task) -> float:
     return float(task.request[GPU])
 
 
+#: Slack of the counting bounds (a node of capacity c holds at most
+#: floor((c + COUNT_SLACK) / v) tasks of >= v GPUs when every fit is ``r <= rem + EPS``);
+#: larger than EPS, so the bounds only ever reject what the exact checks reject.
+COUNT_SLACK = 1e-6
+
+
+def gpu_slots_suffice(capacity: np.ndarray, requests: list[float]) -> bool:
+    """A necessary condition for placing whole-GPU ``requests`` on nodes of ``capacity``
+    GPUs: for every request size v, the requests of >= v GPUs fit the v-sized slots."""
+    for v in sorted(set(requests), reverse=True):
+        need = sum(1 for r in requests if r >= v)
+        if np.floor((capacity + COUNT_SLACK) / v).sum() < need:
+            return False
+    return True
+
+
 def node_gpu_capacity(ssn: Session) -> np.ndarray:
-    """Idle + releasing GPUs per node, shared devices counted by their free portion."""
+    """Idle + releasing GPUs per node, shared devices counted by their free portion.
+
+    A fresh array (callers may change it); computed once per version of the node table.
+    """
     nodes = ssn.nodes
+    cached = ssn.cache.get("solver.gpu_capacity")
+    if cached is not None and cached[0] is nodes and cached[1] == nodes.version:
+        return cached[2].copy()
     cap = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
-    cap = cap.copy()
-    for i, groups in enumerate(nodes.gpu_groups):
-        for group in groups.values():
+    table = nodes.gpu_groups
+    for i in compress(range(len(table)), table):  # the nodes with shared devices
+        for group in table[i].values():
             if group.state() == "busy":
                 cap[i] += max(0.0, group.free_counting_releasing())
-    return np.maximum(cap, 0.0)
+    cap = np.maximum(cap, 0.0)
+    ssn.cache["solver.gpu_capacity"] = (nodes, nodes.version, cap)
+    return cap.copy()
 
 
 def tasks_to_evict(ssn: Session, view: Job) -> tuple[list[Task], bool]:
@@ -110,13 +136,20 @@ def tasks_to_evict(ssn: Session, view: Job) -> tuple[list[Task], bool]:
 
 def job_view(job: Job, tasks: list[Task]) -> Job:
     """A shallow copy of ``job`` holding only ``tasks`` (victim-queue bookkeeping)."""
-    view = copy.copy(job)
-    view.tasks = list(tasks)
+    cls = type(job)
+    view = cls.__new__(cls)
+    state = job.__dict__.copy()  # what copy.copy does for a plain class, without the protocol
+    state["tasks"] = list(tasks)
+    view.__dict__.update(state)
     return view
 
 
 class AccumulatedState:
-    """Victim batches accumulated so far, with incremental capacity arrays."""
+    """Victim batches accumulated so far, with incremental capacity arrays.
+
+    Updates of the capacity arrays are deferred (per-node Python floats, rows to add)
+    until a kernel reads them: the same additions in the same order, so the same values.
+    """
 
     def __init__(self, ssn: Session, pending: list[Task], recorded: list[Task]) -> None:
         self.ssn = ssn
@@ -124,16 +157,28 @@ class AccumulatedState:
         self.recorded = recorded
         self.batches: list[VictimBatch] = []
         nodes = ssn.nodes
-        self.gpu_capacity = node_gpu_capacity(ssn)
-        self.available = (nodes.idle + nodes.releasing).copy()
+        self._gpu_capacity = node_gpu_capacity(ssn)
+        self._available = (nodes.idle + nodes.releasing).copy()
+        self._cap: dict[int, float] = {}  # node -> GPU capacity not yet written back
+        self._row_nodes: list[int] = []  # rows not yet added to ``_available``
+        self._rows: list[np.ndarray] = []
+        self._unit_sizes: list[float] = []
         self.victim_nodes: dict[int, list[int]] = {}  # node -> indices of batches on it
+        # Victim-bearing nodes in order of first appearance in the batches, and per node
+        # the GPUs each of its batches frees there (in batch order).
+        self.node_order: list[int] = []
+        self.freed_on_node: dict[int, list[float]] = {}
         self.recorded_on_node: dict[int, float] = {}
+        # Per node the sum of ``freed_on_node``, kept while every freed amount is a whole
+        # number of GPUs (then exact in any order); None once one is not.
+        self._freed_total: dict[int, float] | None = {}
         for task in recorded:
             self._free(task)
             if task.node >= 0:
-                self.recorded_on_node[task.node] = self.recorded_on_node.get(
-                    task.node, 0.0
-                ) + gpu_freed(ssn, task)
+                freed = gpu_freed(ssn, task)
+                if not float(freed).is_integer():
+                    self._freed_total = None
+                self.recorded_on_node[task.node] = self.recorded_on_node.get(task.node, 0.0) + freed
         self.gpu_requests = np.array([gpu_need(ssn, t) for t in pending], dtype=np.float64)
         reqs = [t.request.copy() for t in pending]
         for vec, task in zip(reqs, pending):
@@ -141,33 +186,113 @@ class AccumulatedState:
                 vec[GPU] = 0.0  # the device fraction is checked by the GPU filter
         r = len(ssn.state.resources)
         self.requests = np.array(reqs, dtype=np.float64).reshape(len(pending), r)
+        # A counting bound of AccumulatedIdleGpus, kept incrementally: per distinct GPU
+        # request v, the tasks asking >= v cannot outnumber the v-sized slots of all nodes.
+        positive = self.gpu_requests[self.gpu_requests > 0]
+        sizes = sorted({float(v) for v in positive}, reverse=True)
+        self._unit_need = [int(np.count_nonzero(positive >= v)) for v in sizes]
+        capacity = self.gpu_capacity
+        self._units = [int(np.floor((capacity + COUNT_SLACK) / v).sum()) for v in sizes]
+        self._unit_sizes = sizes
 
-    def _free(self, task: Task) -> None:
-        if task.node < 0:
+    @property
+    def gpu_capacity(self) -> np.ndarray:
+        if self._cap:
+            cap = self._gpu_capacity
+            for node, value in self._cap.items():
+                cap[node] = value
+            self._cap.clear()
+        return self._gpu_capacity
+
+    @property
+    def available(self) -> np.ndarray:
+        if self._rows:
+            np.add.at(self._available, self._row_nodes, np.array(self._rows))
+            self._row_nodes.clear()
+            self._rows.clear()
+        return self._available
+
+    def _free(self, task: Task, freed: float | None = None) -> None:
+        node = task.node
+        if node < 0:
             return
-        self.gpu_capacity[task.node] += gpu_freed(self.ssn, task)
+        if freed is None:
+            freed = gpu_freed(self.ssn, task)
+        old = self._cap.get(node)
+        if old is None:
+            old = float(self._gpu_capacity[node])
+        new = old + freed
+        self._cap[node] = new
+        if self._unit_sizes:
+            units = self._units
+            for i, v in enumerate(self._unit_sizes):
+                units[i] += math.floor((new + COUNT_SLACK) / v) - math.floor(
+                    (old + COUNT_SLACK) / v
+                )
         vec = task.request
         if task.is_shared_gpu:
             vec = vec.copy()
             vec[GPU] = 0.0
-        self.available[task.node] += vec
+        self._row_nodes.append(node)
+        self._rows.append(vec)
 
     def add(self, batch: VictimBatch) -> None:
         index = len(self.batches)
         self.batches.append(batch)
+        sums: dict[int, float] = {}
+        freed_on_node = self.freed_on_node
         for task in batch.tasks:
-            self._free(task)
+            node = task.node
+            if node < 0:
+                continue
+            freed = gpu_freed(self.ssn, task)
+            self._free(task, freed)
+            if node not in freed_on_node:
+                freed_on_node[node] = []
+                self.node_order.append(node)
+            sums[node] = sums.get(node, 0) + freed
+        totals = self._freed_total
         for node in batch.nodes:
             self.victim_nodes.setdefault(node, []).append(index)
+            value = sums[node]
+            freed_on_node[node].append(value)
+            if totals is not None:
+                if float(value).is_integer():
+                    totals[node] = totals.get(node, 0.0) + value
+                else:
+                    self._freed_total = totals = None
+
+    def freed_totals(self, nodes: list[int]) -> np.ndarray | None:
+        """Per node of ``nodes``, the GPUs all batches free there, if all are whole."""
+        totals = self._freed_total
+        if totals is None:
+            return None
+        return np.array([totals.get(n, 0.0) for n in nodes], dtype=np.float64)
+
+    def short(self) -> bool:
+        """Whether the counting bound already fails AccumulatedIdleGpus."""
+        for have, need in zip(self._units, self._unit_need):
+            if have < need:
+                return True
+        return False
 
     def passes_filters(self) -> bool:
         """AccumulatedIdleGpus and the resource-vector check (both native kernels)."""
         backend = self.ssn.backend
+        if self.short():
+            return False  # the kernel's greedy matching cannot succeed either
         if len(self.gpu_requests) and not backend.idle_gpus_fit(
             self.gpu_capacity, self.gpu_requests
         ):
             return False
-        return bool(backend.scenario_fit(self.available, self.requests))
+        available = self.available
+        if len(self.requests):
+            # A node without the GPUs of the smallest GPU request fits no task now, nor
+            # later (the kernel only takes from nodes): leave it out of the kernel's sort.
+            smallest = float(self.requests[:, GPU].min())
+            if smallest > 0:
+                available = available[available[:, GPU] + EPS >= smallest]
+        return bool(backend.scenario_fit(available, self.requests))
 
 
 def accumulate(
@@ -187,7 +312,14 @@ def accumulate(
         yield state
     recorded_set = set(recorded)
     queue = _victim_queue(ssn, candidates)
+    fast = getattr(queue, "fast_forward", None)
     while True:
+        # While the counting bound fails no state is yielded: whole-job batches can be
+        # added without the queue machinery (same jobs, same order).
+        if fast is not None and state.short() and fast(state, recorded_set):
+            if state.passes_filters():
+                yield state
+            continue
         view = queue.pop()
         if view is None:
             return
@@ -216,7 +348,10 @@ def _victim_queue(ssn: Session, candidates: list[Job]):
     heap) are built once per candidate list and copied.
     """
     from kai.actions.common import JobQueue
+    from kai.solvers.victims import VictimCandidates
 
+    if isinstance(candidates, VictimCandidates):
+        return candidates.queue(ssn)
     key = ("solver.victim_heaps", id(candidates))
     cached = ssn.cache.get(key)
     if cached is None or cached[0] is not candidates:

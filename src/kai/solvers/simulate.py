@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai.api.model import Job, Task, TaskStatus
+from kai.api.resources import GPU
 from kai.framework.session import Session
 from kai.framework.statement import Statement
-from kai.solvers.scenario import Scenario
+from kai.solvers.scenario import COUNT_SLACK, Scenario
 
 
 @dataclass
@@ -52,6 +53,32 @@ def place_tasks(
     return True
 
 
+class _GpuRoom:
+    """The most idle + releasing GPUs of one node of ``within`` (per node-table version):
+    a victim job with a whole-GPU task asking for more cannot be re-placed, and
+    ``allocate_job`` (which has no side effect when it fails) need not be called."""
+
+    def __init__(self, ssn: Session, within: np.ndarray) -> None:
+        self.ssn = ssn
+        self.within = within
+        self.version = -1
+        self.most = 0.0
+
+    def may_place(self, job: Job) -> bool:
+        from kai.actions.common import tasks_to_allocate
+
+        tasks = tasks_to_allocate(self.ssn, job)
+        need = max((float(t.request[GPU]) for t in tasks if not t.is_shared_gpu), default=0.0)
+        if need <= 0:
+            return True
+        nodes = self.ssn.nodes
+        if nodes.version != self.version:
+            free = nodes.idle[self.within, GPU] + nodes.releasing[self.within, GPU]
+            self.most = float(free.max()) if free.size else float("-inf")
+            self.version = nodes.version
+        return need <= self.most + COUNT_SLACK
+
+
 def simulate(
     ssn: Session,
     scenario: Scenario,
@@ -59,7 +86,8 @@ def simulate(
     validator: Validator,
     action: str,
 ) -> Simulation:
-    from kai.actions.common import JobQueue, allocate_job
+    from kai.actions.common import allocate_job
+    from kai.solvers.order import job_queue
 
     victims = scenario.victim_tasks()
     if not victims:
@@ -71,12 +99,10 @@ def simulate(
     for task in victims:
         within[task.node] = True
         stmt.evict(task, reason)
-    victim_jobs: list[Job] = []
-    for task in victims:
-        if task.job not in victim_jobs:
-            victim_jobs.append(task.job)
-    queue = JobQueue(ssn, [*victim_jobs, preemptor])
+    victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
+    queue = job_queue(ssn, [*victim_jobs, preemptor])
     placed = False
+    room = _GpuRoom(ssn, within)
     while True:
         job = queue.pop()
         if job is None:
@@ -86,7 +112,7 @@ def simulate(
                 stmt.discard()
                 return Simulation(False)
             placed = True
-        else:
+        elif room.may_place(job):
             allocate_job(ssn, stmt, job, pipeline_only=True, within=within, record_errors=False)
     if not placed:
         stmt.discard()

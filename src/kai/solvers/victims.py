@@ -1,0 +1,298 @@
+"""The potential victims of one eviction action, kept in victim order across jobs.
+
+Building a victim queue per pending job (filter every running job, then order them all
+by pairwise job-order comparisons) costs O(J log J) Python comparisons per job, which
+dominates reclaim/preempt storms.  A :class:`VictimPool` is built once per action
+execution instead:
+
+* every job that may ever be a victim in this action (valid, preemptible, in a known
+  queue, with active allocated tasks) is kept per leaf queue in a list sorted by a
+  precomputed *order key* (:func:`kai.solvers.order.job_order_key`, equivalent to the
+  session's job order), so victim order (reverse job order) is the list read backwards;
+* after each committed statement only the jobs the statement touched are re-keyed
+  (:meth:`VictimPool.update`);
+* the per-preemptor victim filter is applied lazily, when a victim queue reaches a job
+  (:class:`VictimCandidates`), and memoised for the job's whole search.
+
+The queue a solver pops from (:class:`PoolVictimQueue`) reads the same jobs in the same
+order as a victim-mode :class:`~kai.actions.common.JobQueue` built over the filtered
+candidate list: leaf heads are the first accepted jobs, so the queue-order comparisons
+between leaves see the same jobs too.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+from kai.actions.common import JobQueue
+from kai.api.model import ACTIVE_ALLOCATED, Job, Task
+from kai.framework.session import Session
+from kai.solvers.order import job_order_key
+
+if TYPE_CHECKING:
+    from kai.solvers.scenario import AccumulatedState
+
+
+def potential_victim(ssn: Session, job: Job) -> bool:
+    """What every eviction action asks of a victim job, whoever the preemptor is."""
+    return (
+        not job.invalid_reason
+        and job.preemptible
+        and job.queue in ssn.queues
+        and any(t.status in ACTIVE_ALLOCATED for t in job.tasks)
+    )
+
+
+class VictimPool:
+    """Potential victims per leaf queue, ascending by order key (victim order = reversed)."""
+
+    def __init__(self, ssn: Session, key: Callable[[Job], Any]) -> None:
+        self.ssn = ssn
+        self.key = key
+        self._seq = count()
+        self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
+        self.entries: dict[Job, tuple[Any, int, Job]] = {}
+        rows: dict[str, list[tuple[Any, int, Job]]] = {}
+        for job in ssn.jobs.values():
+            if potential_victim(ssn, job):
+                entry = (key(job), next(self._seq), job)
+                self.entries[job] = entry
+                rows.setdefault(job.queue or "", []).append(entry)
+        for leaf, entries in rows.items():
+            entries.sort()
+            self.leaves[leaf] = entries
+
+    @classmethod
+    def for_session(cls, ssn: Session) -> VictimPool | None:
+        """A pool, or None when some job-order function has no order key."""
+        key = job_order_key(ssn)
+        return None if key is None else cls(ssn, key)
+
+    def update(self, jobs: Iterable[Job]) -> None:
+        """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool."""
+        for job in jobs:
+            old = self.entries.pop(job, None)
+            if old is not None:
+                entries = self.leaves[job.queue or ""]
+                i = bisect_left(entries, old)
+                assert entries[i] is old
+                del entries[i]
+            if potential_victim(self.ssn, job):
+                entry = (self.key(job), next(self._seq), job)
+                self.entries[job] = entry
+                insort(self.leaves.setdefault(job.queue or "", []), entry)
+
+    def candidates(
+        self, accept: Callable[[Job], bool], leaf_ok: Callable[[str], bool] | None = None
+    ) -> VictimCandidates:
+        return VictimCandidates(self, accept, leaf_ok)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class VictimCandidates:
+    """The pool's jobs that ``accept`` (evaluated lazily, once per job) for one preemptor.
+
+    Iterating it evaluates the filter on every pool job: generators that need the whole
+    candidate list may do so, the victim queue does not.
+    """
+
+    def __init__(
+        self,
+        pool: VictimPool,
+        accept: Callable[[Job], bool],
+        leaf_ok: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.pool = pool
+        self._accept = accept
+        self.memo: dict[Job, bool] = {}
+        # tasks_to_evict of whole jobs: the session state is the same whenever a victim
+        # queue of this search is read (simulations are undone before it goes on).
+        self.evictions: dict[Job, tuple[list[Task], bool, frozenset[int]]] = {}
+        # Leaf queues that may hold accepted jobs (``leaf_ok`` False: accept rejects all).
+        self.leaves = [
+            name
+            for name, entries in pool.leaves.items()
+            if entries and (leaf_ok is None or leaf_ok(name))
+        ]
+
+    def accepts(self, job: Job) -> bool:
+        ok = self.memo.get(job)
+        if ok is None:
+            ok = self.memo[job] = bool(self._accept(job))
+        return ok
+
+    def __iter__(self):
+        for name in self.leaves:
+            for _, _, job in reversed(self.pool.leaves[name]):
+                if self.accepts(job):
+                    yield job
+
+    def queue(self, ssn: Session) -> PoolVictimQueue:
+        return PoolVictimQueue(ssn, self)
+
+
+class _Pushed:
+    """A job view pushed back into a leaf (the rest of a peeled elastic job)."""
+
+    __slots__ = ("key", "seq", "job")
+
+    def __init__(self, key: Any, seq: int, job: Job) -> None:
+        self.key = key
+        self.seq = seq
+        self.job = job
+
+    def __lt__(self, other: _Pushed) -> bool:  # a heap of the largest key first
+        return (other.key, other.seq) < (self.key, self.seq)
+
+
+class _Leaf:
+    __slots__ = ("entries", "pos", "cands", "pushed", "head")
+
+    def __init__(self, entries: list[tuple[Any, int, Job]], cands: VictimCandidates) -> None:
+        self.entries = entries
+        self.pos = len(entries) - 1
+        self.cands = cands
+        self.pushed: list[_Pushed] = []
+        self.head: tuple[Any, int, Job] | None = None  # (key, seq, view) of the base head
+
+    def _base_head(self) -> tuple[Any, int, Job] | None:
+        from kai.solvers.scenario import job_view
+
+        if self.head is None:
+            entries, accepts = self.entries, self.cands.accepts
+            while self.pos >= 0:
+                key, seq, job = entries[self.pos]
+                if accepts(job):
+                    self.head = (key, seq, job_view(job, job.tasks))
+                    break
+                self.pos -= 1
+        return self.head
+
+    def _pick(self) -> int:
+        """0: empty, 1: the base head, 2: the pushed head."""
+        base = self._base_head()
+        if self.pushed:
+            top = self.pushed[0]
+            if base is None or (base[0], base[1]) < (top.key, top.seq):
+                return 2
+        return 1 if base is not None else 0
+
+    def peek(self) -> Job | None:
+        which = self._pick()
+        if which == 0:
+            return None
+        if which == 2:
+            return self.pushed[0].job
+        assert self.head is not None
+        return self.head[2]
+
+    def pop(self) -> Job:
+        which = self._pick()
+        if which == 2:
+            return heapq.heappop(self.pushed).job
+        assert self.head is not None
+        view = self.head[2]
+        self.head = None
+        self.pos -= 1
+        return view
+
+
+class PoolVictimQueue(JobQueue):
+    """A victim-mode job queue reading a :class:`VictimPool` through a candidate filter."""
+
+    def __init__(self, ssn: Session, cands: VictimCandidates) -> None:
+        super().__init__(ssn, [], victim_mode=True)
+        self.cands = cands
+        self.key = cands.pool.key
+        self._pushed_seq = count(-1, -1)  # pushed views rank below base jobs on equal keys
+        self.leaves: dict[str, _Leaf] = {}
+        for leaf in cands.leaves:
+            self.leaves[leaf] = _Leaf(cands.pool.leaves[leaf], cands)
+            self._link(leaf)
+
+    def push(self, job: Job) -> None:
+        leaf_name = job.queue or ""
+        leaf = self.leaves.get(leaf_name)
+        if leaf is None:
+            leaf = self.leaves[leaf_name] = _Leaf([], self.cands)
+            self._link(leaf_name)
+        heapq.heappush(leaf.pushed, _Pushed(self.key(job), next(self._pushed_seq), job))
+
+    def empty(self) -> bool:
+        return all(leaf.peek() is None for leaf in self.leaves.values())
+
+    def fast_forward(self, state: AccumulatedState, recorded: set[Task]) -> bool:
+        """Add whole-job batches to ``state`` straight from a single leaf while its
+        counting bound fails (no state would be yielded); True when it stopped because
+        the bound holds after a batch, False when the next job needs the full pop logic
+        (partial eviction, recorded victims, pushed views, several leaves) or none is left.
+
+        With one leaf no queue-order comparison ever happens, so popping is reading the
+        leaf in order, as :meth:`pop` would.
+        """
+        from kai.solvers.scenario import VictimBatch, tasks_to_evict
+
+        if len(self.leaves) != 1:
+            return False
+        (leaf,) = self.leaves.values()
+        if leaf.pushed:
+            return False
+        entries, accepts, memo = leaf.entries, self.cands.accepts, self.cands.evictions
+        ssn = self.ssn
+        pos = leaf.pos
+        leaf.head = None
+        try:
+            while pos >= 0:
+                job = entries[pos][2]
+                if not accepts(job):
+                    pos -= 1
+                    continue
+                got = memo.get(job)
+                if got is None:
+                    tasks, more = tasks_to_evict(ssn, job)
+                    got = (tasks, more, frozenset(t.node for t in tasks if t.node >= 0))
+                    memo[job] = got
+                tasks, more, nodes = got
+                if not tasks:
+                    pos -= 1  # popped and dropped, as accumulate does
+                    continue
+                if more or any(t in recorded for t in tasks):
+                    return False
+                pos -= 1
+                state.add(VictimBatch(tasks[0].job, tasks, nodes))
+                if not state.short():
+                    return True
+            return False
+        finally:
+            leaf.pos = pos
+
+    def __len__(self) -> int:
+        raise TypeError("the length of a pool victim queue is not known without filtering")
+
+    def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
+        if name in memo:
+            return memo[name]
+        leaf = self.leaves.get(name)
+        job = leaf.peek() if leaf is not None else None
+        if job is not None:
+            result: tuple[str, Job] | None = (name, job)
+        else:
+            result = self._best_among(self.children.get(name, []), memo)
+        memo[name] = result
+        return result
+
+    def pop(self) -> Job | None:
+        best = self._best_among(self.children.get(None, []), {})
+        if best is None:
+            return None
+        leaf_name, _ = best
+        job = self.leaves[leaf_name].pop()
+        for name in self.ssn.queue_path(leaf_name):
+            self.popped.setdefault(name, []).append(job)
+        return job
