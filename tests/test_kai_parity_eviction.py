@@ -523,11 +523,6 @@ def test_non_preemptible_reclaimer_must_fit_deserved_at_every_level():
     assert act_out(objs, "reclaim")["decisions"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kai has no scheduling-signature skip (KAI reclaim keeps failed representatives "
-    "per queue and does not try an equivalent job)",
-)
 def test_reclaim_skips_a_job_equivalent_to_a_failed_one_in_the_same_queue():
     # p (build, pops first) fails in the solver and becomes its queue's representative;
     # r has identical pods (priority classes sit on the PodGroups) and as many pending
@@ -996,11 +991,6 @@ def test_consolidation_never_moves_non_preemptible_pods():
     assert out["decisions"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kai has no scheduling-signature skip (KAI minimal_job_comparison: a job equal "
-    "to an already failed representative is not tried; consolidation keeps one global set)",
-)
 def test_consolidation_skips_a_job_equivalent_to_one_that_already_failed():
     # q0 is starved and goes first: c0 fails (q0's limit 3 < 2 + 2) and becomes the
     # representative of its signature (pods only -- the queue is not part of it).  c1 in

@@ -85,6 +85,8 @@ class SchedulerConfig:
     reclaim_min_runtime: float = 0.0  # seconds, node-pool default
     preempt_min_runtime: float = 0.0
     search_limits: SearchLimits = field(default_factory=lambda: search_limits_from(None))
+    # --use-scheduling-signatures: eviction actions skip jobs equivalent to failed ones.
+    use_scheduling_signatures: bool = True
 
     @classmethod
     def default(cls) -> SchedulerConfig:

@@ -8,6 +8,7 @@ from functools import partial
 import numpy as np
 
 from kai.actions.common import JobQueue, schedulable_jobs, tasks_to_allocate
+from kai.actions.signatures import FailedRepresentatives
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
 from kai.solvers import ActionBudget, JobSolver, SearchLimits
@@ -50,6 +51,7 @@ def run_eviction_action(
     validator: Callable[[Job], Validator],
     candidates: Callable[[Job], list[Job]] | None = None,
     accept_leaf: Callable[[Job, str], bool] | None = None,
+    signatures_per_queue: bool = True,
 ) -> None:
     """Pop pending jobs in queue order and search victims for each (see kai.solvers).
 
@@ -58,11 +60,20 @@ def run_eviction_action(
     whole action, unless ``candidates`` gives the list itself or some job-order function
     has no sort key (then the list is built per job).  ``accept_leaf(preemptor, queue)``,
     if given, is False only for leaf queues none of whose jobs ``accept`` takes.
+
+    A job no easier to place than one whose search already failed in this execution is
+    not tried (:mod:`kai.actions.signatures`); failed jobs are kept per leaf queue and
+    signature, or per signature alone if not ``signatures_per_queue``.
     """
     jobs = schedulable_jobs(ssn, preemptible_only=preemptible_only, check_preemption_delay=True)
     queue = JobQueue(ssn, jobs, max_depth=ssn.config.queue_depth_per_action.get(action))
     budget = ActionBudget(action, SearchLimits.for_session(ssn))
     pool = VictimPool.for_session(ssn) if candidates is None else None
+    failed = (
+        FailedRepresentatives(ssn, per_queue=signatures_per_queue)
+        if ssn.config.use_scheduling_signatures
+        else None
+    )
 
     def victims_of(preemptor: Job):
         if candidates is not None:
@@ -87,6 +98,14 @@ def run_eviction_action(
         tasks = tasks_to_allocate(ssn, job)
         if not tasks:
             continue
+        equivalent = failed.equivalent_failed(job) if failed is not None else None
+        if equivalent is not None:
+            ssn.record_fit_error(
+                job,
+                f"{action.capitalize()}: skipped, equivalent to already failed job "
+                f"{equivalent.key}",
+            )
+            continue
         problem = victim_invariant_problem(ssn, job, tasks)
         if problem:
             ssn.record_fit_error(job, problem)
@@ -102,3 +121,5 @@ def run_eviction_action(
             continue
         if result.reason in STOP_REASONS:
             return  # out of time, or nothing can ever be solved (no generator)
+        if failed is not None and not result.solved:
+            failed.failed(job)

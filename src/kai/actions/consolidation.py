@@ -57,6 +57,7 @@ def consolidation(ssn: Session) -> None:
         accept=accept,
         candidates=candidates if limit >= 0 else None,
         validator=validator,
+        signatures_per_queue=False,
     )
 
 

@@ -1,0 +1,166 @@
+"""Scheduling signatures: skip jobs no easier to place than one that already failed.
+
+Reclaim, preempt and consolidation search victims for one pending job at a time, and
+that search is the expensive part of an action.  Many pending jobs are alike (the same
+pods of one workload submitted many times), and once the search failed for one of them,
+a job with the same placement constraints that asks for no less cannot succeed either
+in the same action.  So each action execution keeps, per key, the *representative* of
+the failed jobs -- the one with the smallest pending footprint -- and does not try a job
+that is not easier than it (KAI's ``MinimalJobRepresentatives``, reference sec. 3.9).
+
+* A pod's signature hashes what constrains where it may run beyond its resource
+  request: node selector, required and preferred node affinity, tolerations (key,
+  operator, value, effect), priority and priority class.  The parsed pod model has no
+  volumes, topology spread constraints or host ports, so those cannot take part.
+* A job's signature hashes the sorted signatures of its pods that are not actively
+  allocated (the ones it still has to place).  Queue and PodGroup are not part of it.
+* The key is (leaf queue, signature) for reclaim and preempt, the signature alone for
+  consolidation.
+* A job is *easier* than the representative of its key if it has fewer pending pods,
+  or if, with both sides' pending request vectors sorted the same way, some position
+  of it is strictly smaller (<= in every component, not equal) than the
+  representative's.  A job with no pending pod, or against a representative with none,
+  is not easier.
+* A job that failed (not for lack of time) replaces the representative if there is
+  none, or if it has no more pending pods and each of its sorted pending request
+  vectors is <= the representative's at the same position.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai.api.model import ACTIVE_ALLOCATED, Job, Task, TaskStatus
+from kai.api.objects import PodObject
+from kai.framework.session import Session
+
+_POD_CACHE = "signatures.pod"
+
+
+def pod_signature(pod: PodObject) -> str:
+    """Stable hash of the pod's placement constraints (not of its resource request)."""
+    parts = (
+        ("nodeSelector", tuple(sorted(pod.node_selector.items()))),
+        ("required", pod.required_node_affinity),
+        ("preferred", pod.preferred_node_affinity),
+        ("tolerations", [(t.key, t.operator, t.value, t.effect) for t in pod.tolerations]),
+        ("priorityClassName", pod.priority_class_name or ""),
+        ("priority", pod.priority),
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _task_signature(task: Task, cache: dict[int, tuple[PodObject, str]] | None) -> str:
+    if cache is None:
+        return pod_signature(task.pod)
+    hit = cache.get(id(task.pod))
+    if hit is not None and hit[0] is task.pod:
+        return hit[1]
+    signature = pod_signature(task.pod)
+    cache[id(task.pod)] = (task.pod, signature)
+    return signature
+
+
+def job_signature(job: Job, cache: dict[int, tuple[PodObject, str]] | None = None) -> str:
+    """Hash of the sorted signatures of the job's pods that are not actively allocated."""
+    pods = sorted(_task_signature(t, cache) for t in job.tasks if t.status not in ACTIVE_ALLOCATED)
+    digest = hashlib.sha256()
+    for signature in pods:
+        digest.update(signature.encode())
+    return digest.hexdigest()
+
+
+def pending_footprint(job: Job) -> np.ndarray:
+    """The job's Pending pods' request vectors, one row each, sorted lexicographically.
+
+    Shared-GPU pods carry their GPU fraction and GPU memory as two extra components (the
+    request vector's gpu entry is 0 for them).  Lexicographic order extends the
+    componentwise order, so equal multisets give equal arrays.
+    """
+    rows = [
+        (*t.request.tolist(), t.gpu_fraction, t.gpu_memory_mib)
+        for t in job.tasks
+        if t.status is TaskStatus.PENDING
+    ]
+    rows.sort()
+    return np.asarray(rows, dtype=float)
+
+
+@dataclass
+class Representative:
+    job: Job
+    footprint: np.ndarray  # sorted pending request vectors at the time it failed
+
+
+def easier_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
+    """Whether a job with ``footprint`` may succeed where one with ``rep`` failed."""
+    n, m = len(footprint), len(rep)
+    if n == 0 or m == 0:
+        return False
+    if n < m:
+        return True
+    head = footprint[:m]
+    smaller = (head <= rep).all(axis=1) & (head != rep).any(axis=1)
+    return bool(smaller.any())
+
+
+def no_larger_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
+    """Whether every sorted pending vector of ``footprint`` is <= ``rep``'s at its position."""
+    n, m = len(footprint), len(rep)
+    if n == 0 or m == 0 or n > m:
+        return False
+    return bool((footprint <= rep[:n]).all())
+
+
+class FailedRepresentatives:
+    """The failed jobs of one action execution, keyed by signature (and leaf queue).
+
+    Signatures are computed only once some job has failed (for its queue, if keyed per
+    queue), so an action in which every job succeeds pays nothing for them.
+    """
+
+    def __init__(self, ssn: Session, *, per_queue: bool) -> None:
+        self.per_queue = per_queue
+        self._reps: dict[tuple, Representative] = {}
+        self._queues: set[str | None] = set()
+        self._pod_cache: dict[int, tuple[PodObject, str]] = ssn.cache.setdefault(_POD_CACHE, {})
+        self._memo: tuple[Job, tuple, np.ndarray | None] | None = None
+
+    def key(self, job: Job) -> tuple:
+        signature = job_signature(job, self._pod_cache)
+        return (job.queue, signature) if self.per_queue else (signature,)
+
+    def equivalent_failed(self, job: Job) -> Job | None:
+        """The failed representative that ``job`` is not easier than (None: try the job)."""
+        self._memo = None
+        if not self._reps or (self.per_queue and job.queue not in self._queues):
+            return None
+        key = self.key(job)
+        rep = self._reps.get(key)
+        if rep is None:
+            self._memo = (job, key, None)
+            return None
+        footprint = pending_footprint(job)
+        self._memo = (job, key, footprint)
+        return None if easier_than(footprint, rep.footprint) else rep.job
+
+    def failed(self, job: Job) -> None:
+        """Record a job whose victim search failed (not for lack of time)."""
+        memo, self._memo = self._memo, None
+        if memo is not None and memo[0] is job:
+            key, footprint = memo[1], memo[2]
+        else:
+            key, footprint = self.key(job), None
+        if footprint is None:
+            footprint = pending_footprint(job)
+        rep = self._reps.get(key)
+        if rep is not None and not no_larger_than(footprint, rep.footprint):
+            return
+        self._reps[key] = Representative(job, footprint)
+        self._queues.add(job.queue)
+
+    def __len__(self) -> int:
+        return len(self._reps)

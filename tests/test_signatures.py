@@ -1,0 +1,229 @@
+"""Scheduling-signature skip of the eviction actions (kai.actions.signatures)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from kai.actions.signatures import (
+    FailedRepresentatives,
+    easier_than,
+    job_signature,
+    no_larger_than,
+    pending_footprint,
+    pod_signature,
+)
+from kai.api.model import Job, Task, TaskStatus
+from kai.api.objects import (
+    NodeSelectorTerm,
+    PodObject,
+    PreferredSchedulingTerm,
+    SelectorRequirement,
+    Toleration,
+)
+from tests.test_kai_parity_eviction import PIPE, SIG_BASE, act_out, job, statuses
+
+
+# ------------------------------------------------------------------ model helpers
+def make_job(
+    name: str,
+    requests: list[tuple[float, ...]],
+    queue: str = "q1",
+    running: int = 0,
+    **pod_kw: Any,
+) -> Job:
+    """A job with one pending pod per request vector (cpu, memory, gpu), plus
+    ``running`` running pods of the first shape."""
+    j = Job(name, name, "default", queue, 50, len(requests), True, "preemptible", None)
+    shapes = [(r, TaskStatus.PENDING) for r in requests]
+    shapes += [(requests[0], TaskStatus.RUNNING)] * running
+    for i, (req, status) in enumerate(shapes):
+        pod = PodObject(f"{name}-{i}", "default", **pod_kw)
+        j.tasks.append(
+            Task(f"{name}-{i}", pod.name, "default", j, np.array(req, float), status, pod)
+        )
+    return j
+
+
+def reps(per_queue: bool = True) -> FailedRepresentatives:
+    return FailedRepresentatives(SimpleNamespace(cache={}), per_queue=per_queue)
+
+
+# ------------------------------------------------------------------ pod signatures
+def test_pod_signature_is_stable_and_ignores_names_and_requests():
+    a = PodObject("a", "ns1", node_selector={"x": "1", "y": "2"}, requests={"cpu": 1})
+    b = PodObject("b", "ns2", node_selector={"y": "2", "x": "1"}, requests={"cpu": 9})
+    assert pod_signature(a) == pod_signature(b)
+
+
+def test_different_tolerations_are_not_equivalent():
+    base = PodObject("a", "ns")
+    tol = PodObject("a", "ns", tolerations=[Toleration("gpu", "Exists", "", "NoSchedule")])
+    other = PodObject("a", "ns", tolerations=[Toleration("gpu", "Exists", "", "NoExecute")])
+    assert len({pod_signature(base), pod_signature(tol), pod_signature(other)}) == 3
+
+
+def test_different_selectors_and_affinities_are_not_equivalent():
+    term = NodeSelectorTerm((SelectorRequirement("zone", "In", ("a",)),))
+    pods = [
+        PodObject("a", "ns"),
+        PodObject("a", "ns", node_selector={"zone": "a"}),
+        PodObject("a", "ns", node_selector={"zone": "b"}),
+        PodObject("a", "ns", required_node_affinity=[term]),
+        PodObject("a", "ns", preferred_node_affinity=[PreferredSchedulingTerm(1, term)]),
+        PodObject("a", "ns", priority=100),
+        PodObject("a", "ns", priority_class_name="build"),
+    ]
+    assert len({pod_signature(p) for p in pods}) == len(pods)
+
+
+def test_job_signature_covers_only_pods_still_to_place():
+    sel = {"node_selector": {"zone": "a"}}
+    one = make_job("one", [(1, 1, 1)], **sel)
+    more = make_job("more", [(1, 1, 1)], running=3, **sel)  # running pods do not count
+    two = make_job("two", [(1, 1, 1), (1, 1, 1)], **sel)
+    plain = make_job("plain", [(1, 1, 1)])
+    assert job_signature(one) == job_signature(more)
+    assert job_signature(one) != job_signature(two)
+    assert job_signature(one) != job_signature(plain)
+
+
+def test_pending_footprint_is_sorted():
+    j = make_job("j", [(2, 0, 1), (1, 5, 1), (1, 0, 2)])
+    assert pending_footprint(j)[:, :3].tolist() == [[1, 0, 2], [1, 5, 1], [2, 0, 1]]
+
+
+# ------------------------------------------------------------------ comparisons
+def fp(*rows: tuple[float, ...]) -> np.ndarray:
+    return np.array(sorted(rows), float).reshape(len(rows), 3)
+
+
+def test_easier_than():
+    rep = fp((1, 1, 2), (1, 1, 2))
+    assert not easier_than(fp((1, 1, 2), (1, 1, 2)), rep)  # equal
+    assert easier_than(fp((1, 1, 2)), rep)  # fewer pending pods
+    assert easier_than(fp((1, 1, 1), (1, 1, 2)), rep)  # one pod strictly smaller
+    assert not easier_than(fp((1, 1, 3), (1, 1, 3)), rep)  # larger
+    assert not easier_than(fp((2, 0, 2), (2, 0, 2)), rep)  # incomparable
+    assert not easier_than(fp((1, 1, 2), (1, 1, 2), (1, 1, 2)), rep)  # more pods
+    assert easier_than(fp((0, 0, 0), (1, 1, 2), (1, 1, 2)), rep)  # ... one smaller
+    assert not easier_than(fp((1, 1, 1)), fp())  # a representative with no pending pod
+    assert not easier_than(fp(), rep)
+
+
+def test_no_larger_than():
+    rep = fp((1, 1, 2), (1, 1, 2))
+    assert no_larger_than(fp((1, 1, 2), (1, 1, 2)), rep)
+    assert no_larger_than(fp((1, 1, 1)), rep)
+    assert not no_larger_than(fp((1, 1, 1), (1, 1, 1), (1, 1, 1)), rep)
+    assert not no_larger_than(fp((2, 0, 1)), rep)
+    assert not no_larger_than(fp(), rep)
+
+
+# ------------------------------------------------------------------ representatives
+def test_equal_job_is_skipped_and_smaller_job_tried():
+    r = reps()
+    first = make_job("first", [(1, 1, 2)])
+    assert r.equivalent_failed(first) is None
+    r.failed(first)
+    assert r.equivalent_failed(make_job("same", [(1, 1, 2)])) is first
+    assert r.equivalent_failed(make_job("bigger", [(1, 1, 4)])) is first
+    assert r.equivalent_failed(make_job("smaller", [(1, 1, 1)])) is None
+
+
+def test_a_smaller_failure_replaces_the_representative():
+    r = reps()
+    big = make_job("big", [(1, 1, 4)])
+    small = make_job("small", [(1, 1, 2)])
+    r.failed(big)
+    assert r.equivalent_failed(small) is None
+    r.failed(small)
+    assert r.equivalent_failed(make_job("mid", [(1, 1, 3)])) is small
+    r.failed(make_job("larger", [(1, 1, 8)]))  # no smaller: the representative stays
+    assert r.equivalent_failed(make_job("mid2", [(1, 1, 3)])) is small
+    assert len(r) == 1
+
+
+def test_different_constraints_are_not_equivalent():
+    r = reps()
+    r.failed(make_job("sel", [(1, 1, 2)], node_selector={"zone": "a"}))
+    assert r.equivalent_failed(make_job("plain", [(1, 1, 2)])) is None
+    tol = [Toleration("gpu", "Exists")]
+    assert r.equivalent_failed(make_job("tol", [(1, 1, 2)], tolerations=tol)) is None
+    assert r.equivalent_failed(make_job("sel2", [(1, 1, 2)], node_selector={"zone": "a"}))
+
+
+def test_per_queue_keys_and_global_keys():
+    per_queue, global_ = reps(per_queue=True), reps(per_queue=False)
+    for r in (per_queue, global_):
+        r.failed(make_job("a", [(1, 1, 2)], queue="q1"))
+    other_queue = make_job("b", [(1, 1, 2)], queue="q2")
+    same_queue = make_job("c", [(1, 1, 2)], queue="q1")
+    assert per_queue.equivalent_failed(other_queue) is None
+    assert per_queue.equivalent_failed(same_queue) is not None
+    assert global_.equivalent_failed(other_queue) is not None
+    assert global_.equivalent_failed(same_queue) is not None
+
+
+# ------------------------------------------------------------------ in the actions
+def with_pod_spec(objs: list[dict], **spec: Any) -> list[dict]:
+    for obj in objs:
+        if obj["kind"] == "Pod":
+            obj["spec"].update(spec)
+    return objs
+
+
+def test_reclaim_records_why_an_equivalent_job_was_skipped():
+    out = act_out(
+        [
+            *SIG_BASE,
+            *job("p", "q1", gpus=2, pc="build", created=9),
+            *job("r", "q1", gpus=2, created=10),
+        ],
+        "reclaim",
+    )
+    assert out["decisions"] == []
+    explain = out["podGroups"]["default/r"]["explain"]
+    assert explain == ["Reclaim: skipped, equivalent to already failed job default/p"]
+
+
+def test_reclaim_tries_a_smaller_job_after_a_failure():
+    out = act_out(
+        [
+            *SIG_BASE,
+            *job("p", "q1", gpus=2, pc="build", created=9),
+            *job("r", "q1", gpus=1, created=10),
+        ],
+        "reclaim",
+    )
+    assert statuses(out)["default/r-0"] == PIPE("n0")
+
+
+def test_reclaim_tries_a_job_with_other_tolerations():
+    tolerations = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+    out = act_out(
+        [
+            *SIG_BASE,
+            *job("p", "q1", gpus=2, pc="build", created=9),
+            *with_pod_spec(job("r", "q1", gpus=2, created=10), tolerations=tolerations),
+        ],
+        "reclaim",
+    )
+    assert statuses(out)["default/r-0"] == PIPE("n0")
+
+
+def test_a_job_that_succeeded_never_becomes_a_representative():
+    # r1 reclaims (succeeds); the identical r2 is still tried afterwards.
+    out = act_out(
+        [
+            *SIG_BASE,
+            *job("r1", "q1", gpus=1, created=9),
+            *job("r2", "q1", gpus=1, created=10),
+        ],
+        "reclaim",
+    )
+    s = statuses(out)
+    assert s["default/r1-0"] == PIPE("n0") and s["default/r2-0"] == PIPE("n0")
+    assert not any("equivalent" in e for e in out["podGroups"]["default/r2"]["explain"])
