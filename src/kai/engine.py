@@ -301,7 +301,7 @@ def _job_result(ssn: Session, job: Job) -> PodGroupResult:
         if any(t.status is TaskStatus.PIPELINED for t in job.tasks):
             reason = "pipelined: waiting for resources that are being released"
         elif job.fit_errors:
-            reason = job.fit_errors[-1]
+            reason = job.fit_errors[0]  # the first action to try it (allocate) says most
         elif job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending():
             reason = "no pods to schedule"
         else:

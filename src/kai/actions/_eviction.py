@@ -121,5 +121,11 @@ def run_eviction_action(
             continue
         if result.reason in STOP_REASONS:
             return  # out of time, or nothing can ever be solved (no generator)
-        if failed is not None and not result.solved:
-            failed.failed(job)
+        if not result.solved:
+            ssn.record_fit_error(
+                job,
+                f"{action.capitalize()}: no set of victims the plugins accept makes room "
+                f"for the job ({str(result.reason).replace('_', ' ')})",
+            )
+            if failed is not None:
+                failed.failed(job)

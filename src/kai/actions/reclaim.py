@@ -29,11 +29,21 @@ def reclaim(ssn: Session) -> None:
 
         return check
 
+    def admit(job: Job) -> bool:
+        if ssn.can_reclaim_resources(job):
+            return True
+        ssn.record_fit_error(
+            job,
+            f"Reclaim: not attempted, queue {job.queue!r} would exceed its fair share "
+            "(or, for a non-preemptible job, its quota) with this job",
+        )
+        return False
+
     run_eviction_action(
         ssn,
         "reclaim",
         preemptible_only=False,
-        admit=ssn.can_reclaim_resources,
+        admit=admit,
         accept=accept,
         accept_leaf=lambda reclaimer, queue: queue != reclaimer.queue,
         validator=validator,
