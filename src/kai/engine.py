@@ -17,7 +17,7 @@ from kai.actions import get_action
 from kai.api.errors import InputError
 from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, Task, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
-from kai.api.preemptibility import published_status
+from kai.api.preemptibility import SEMI_PREEMPTIBLE, published_status
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
 from kai.snapshot.builder import build_state
@@ -286,19 +286,25 @@ def _pod_result(ssn: Session, task: Task) -> PodResult:
     return PodResult(status, node)
 
 
-def _job_result(ssn: Session, job: Job) -> PodGroupResult:
-    scheduled_count = job.count(_SCHEDULED)
-    needed = max(job.min_member, 1) if job.tasks else 1
+def _job_result(
+    ssn: Session, job: Job, formatted: dict[datetime, str] | None = None
+) -> PodGroupResult:
+    tasks = job.tasks
+    if len(tasks) == 1:
+        scheduled_count = 1 if tasks[0].status in _SCHEDULED else 0
+    else:
+        scheduled_count = job.count(_SCHEDULED)
+    needed = max(job.min_member, 1) if tasks else 1
     # The gang runs (or binds now); elastic pods beyond it may still wait.
-    scheduled = bool(job.tasks) and scheduled_count >= needed
+    scheduled = bool(tasks) and scheduled_count >= needed
     reason = None
     explain = list(job.fit_errors)
-    if not job.tasks:
+    if not tasks:
         reason = "PodGroup has no pods in the snapshot"
     elif job.invalid_reason:
         reason = job.invalid_reason
     elif not scheduled:
-        if any(t.status is TaskStatus.PIPELINED for t in job.tasks):
+        if any(t.status is TaskStatus.PIPELINED for t in tasks):
             reason = "pipelined: waiting for resources that are being released"
         elif job.fit_errors:
             reason = job.fit_errors[0]  # the first action to try it (allocate) says most
@@ -307,22 +313,35 @@ def _job_result(ssn: Session, job: Job) -> PodGroupResult:
         else:
             reason = "not scheduled in this session"
     annotations = {}
+    if formatted is None:
+        formatted = {}
     if job.new_start_timestamp is not None:
-        annotations[LAST_START_ANNOTATION] = _format_time(job.new_start_timestamp)
+        annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
     if job.stale_since_set is not None:
-        annotations[STALE_ANNOTATION] = _format_time(job.stale_since_set)
+        annotations[STALE_ANNOTATION] = _format_cached(job.stale_since_set, formatted)
+    if job.preemptibility == SEMI_PREEMPTIBLE:
+        status = published_status(job)
+    else:
+        status = {"preemptibility": job.preemptibility}
     return PodGroupResult(
-        name=job.key,
-        queue=job.queue,
-        preemptible=job.preemptible,
-        preemptibility=job.preemptibility,
-        scheduled=scheduled,
-        reason=reason,
-        explain=explain,
-        warnings=list(job.warnings),
-        annotations=annotations,
-        status=published_status(job),
+        job.key,
+        job.queue,
+        job.preemptible,
+        job.preemptibility,
+        scheduled,
+        reason,
+        explain,
+        list(job.warnings),
+        annotations,
+        status,
     )
+
+
+def _format_cached(ts: datetime, formatted: dict[datetime, str]) -> str:
+    text = formatted.get(ts)
+    if text is None:
+        text = formatted[ts] = _format_time(ts)
+    return text
 
 
 def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> SessionResult:
@@ -330,24 +349,38 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     formatted: dict[datetime, str] = {}
     for d in ssn.decisions:
         annotations = {}
-        job = d.task.job
+        task = d.task
+        job = task.job
         if d.type == "bind" and job is not None and job.new_start_timestamp is not None:
-            ts = job.new_start_timestamp
-            text = formatted.get(ts)
-            if text is None:
-                text = formatted[ts] = _format_time(ts)
-            annotations[LAST_START_ANNOTATION] = text
+            annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
         decisions.append(
             DecisionRecord(
-                d.action, d.type, d.task.key, d.node, list(d.gpu_groups), d.reason, annotations
+                d.action,
+                d.type,
+                f"{task.namespace}/{task.name}",
+                d.node,
+                list(d.gpu_groups),
+                d.reason,
+                annotations,
             )
         )
     pods = {}
-    for task in sorted(ssn.state.all_tasks(), key=lambda t: t.key):
-        pods[task.key] = _pod_result(ssn, task)
-    groups = {
-        job.key: _job_result(ssn, job) for job in sorted(ssn.jobs.values(), key=lambda j: j.key)
-    }
+    names = ssn.nodes.names
+    pending = TaskStatus.PENDING
+    all_tasks = ssn.state.all_tasks()
+    keys = [f"{t.namespace}/{t.name}" for t in all_tasks]
+    for i in sorted(range(len(keys)), key=keys.__getitem__):
+        task = all_tasks[i]
+        status = task.status
+        if task.node >= 0:
+            node = names[task.node]
+        elif status is pending:
+            node = None
+        else:
+            node = task.pod.node_name
+        pods[keys[i]] = PodResult(_OUTPUT_STATUS[status], node)
+    jobs = ssn.jobs
+    groups = {key: _job_result(ssn, jobs[key], formatted) for key in sorted(jobs)}
     queues = {}
     for name in sorted(ssn.queues):
         fair = ssn.queue_info("queue_fair_share", name) or {}

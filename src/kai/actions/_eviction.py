@@ -66,6 +66,8 @@ def run_eviction_action(
     signature, or per signature alone if not ``signatures_per_queue``.
     """
     jobs = schedulable_jobs(ssn, preemptible_only=preemptible_only, check_preemption_delay=True)
+    if not jobs:
+        return  # nothing to place: skip the job queue and the victim pool
     queue = JobQueue(ssn, jobs, max_depth=ssn.config.queue_depth_per_action.get(action))
     budget = ActionBudget(action, SearchLimits.for_session(ssn))
     pool = VictimPool.for_session(ssn) if candidates is None else None

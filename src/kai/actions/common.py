@@ -45,15 +45,24 @@ def schedulable_jobs(
 ) -> list[Job]:
     """Jobs an action may try, in no particular order, with the usual filters."""
     out = []
+    pending_status = TaskStatus.PENDING
+    check_valid = bool(ssn.registered("job_valid"))
     for job in ssn.jobs.values():
         if job.invalid_reason:
             ssn.record_fit_error(job, job.invalid_reason)
             continue
-        if pending_only and not job.has_pending():
+        alive = 0
+        has_pending = False
+        for t in job.tasks:
+            status = t.status
+            if status in ALIVE:
+                alive += 1
+                if status is pending_status:
+                    has_pending = True
+        if pending_only and not has_pending:
             continue
-        reason = job_unready_reason(job)
-        if reason:
-            ssn.record_fit_error(job, reason)
+        if alive < job.min_member:
+            ssn.record_fit_error(job, job_unready_reason(job))  # type: ignore[arg-type]
             continue
         if preemptible_only and not job.preemptible:
             continue
@@ -65,10 +74,11 @@ def schedulable_jobs(
             if base is not None and ssn.now < base + timedelta(seconds=job.preemption_delay):
                 ssn.record_fit_error(job, "PreemptionDelayNotElapsed")
                 continue
-        problem = ssn.job_valid(job)
-        if problem:
-            ssn.record_fit_error(job, problem)
-            continue
+        if check_valid:
+            problem = ssn.job_valid(job)
+            if problem:
+                ssn.record_fit_error(job, problem)
+                continue
         out.append(job)
     return out
 

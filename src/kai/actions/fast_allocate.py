@@ -209,12 +209,20 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     pending_status = TaskStatus.PENDING
     tasks: list[Task] = []
     job_start = [0]
-    job_leaf, job_min, job_active, job_nonpipe, job_pipelined = [], [], [], [], []
-    job_allocset, job_np_mode = [], []
-    for job in jobs:
+    counted: list[tuple[int, int, int, int, int]] = []  # jobs with active/allocated tasks
+    for j, job in enumerate(jobs):
+        job_tasks = job.tasks
+        if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
+            # The common case: a single pending pod.
+            t = job_tasks[0]
+            if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                return None  # shared GPUs: the slow path
+            tasks.append(t)
+            job_start.append(len(tasks))
+            continue
         pending = []
         active = nonpipe = pipelined = allocset = 0
-        for t in job.tasks:
+        for t in job_tasks:
             status = t.status
             if status is pending_status:
                 if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
@@ -237,46 +245,64 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
                 pending.sort(key=_default_key)
         tasks.extend(pending)
         job_start.append(len(tasks))
-        job_leaf.append(qidx.get(job.queue, -1) if job.queue is not None else -1)
-        job_min.append(job.min_member)
-        job_active.append(active)
-        job_nonpipe.append(nonpipe)
-        job_pipelined.append(pipelined)
-        job_allocset.append(allocset)
-        if job.preemptibility == "semi-preemptible":
-            job_np_mode.append(2)
-        else:
-            job_np_mode.append(0 if job.preemptible else 1)
+        if active or allocset:
+            counted.append((j, active, nonpipe, pipelined, allocset))
+    job_leaf = [-1 if job.queue is None else qidx.get(job.queue, -1) for job in jobs]
+    job_min = [job.min_member for job in jobs]
+    job_np_mode = [
+        2 if job.preemptibility == "semi-preemptible" else (0 if job.preemptible else 1)
+        for job in jobs
+    ]
+    job_counts = np.zeros((4, len(jobs)), dtype=np.int64)
+    for j, active, nonpipe, pipelined, allocset in counted:
+        job_counts[:, j] = (active, nonpipe, pipelined, allocset)
+    job_active, job_nonpipe, job_pipelined, job_allocset = job_counts
 
     # ---- job order keys: registered order, then the default order as a rank
+    n_jobs = len(jobs)
     kinds: list[int] = []
-    columns: list[list[int]] = []
+    columns: list[np.ndarray] = []
     for reg in ssn.registered("job_order"):
         if reg.plugin == "priority":
             kinds.append(0)
-            columns.append([-job.priority for job in jobs])
+            columns.append(np.fromiter((-job.priority for job in jobs), np.int64, n_jobs))
         else:  # elastic: computed by the kernel from the job's active tasks
             kinds.append(1)
-            columns.append([0] * len(jobs))
-    order = sorted(range(len(jobs)), key=lambda i: _default_key(jobs[i]))
-    rank = [0] * len(jobs)
-    for r, i in enumerate(order):
-        rank[i] = r
+            columns.append(np.zeros(n_jobs, dtype=np.int64))
+    # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation time
+    default_keys = [
+        (0, ts, job.uid) if (ts := job.creation_timestamp) is not None else (1, 0.0, job.uid)
+        for job in jobs
+    ]
+    order = sorted(range(n_jobs), key=default_keys.__getitem__)
+    rank = np.empty(n_jobs, dtype=np.int64)
+    rank[np.array(order, dtype=np.int64)] = np.arange(n_jobs, dtype=np.int64)
     kinds.append(0)
     columns.append(rank)
-    job_key = np.array(columns, dtype=np.int64).T.copy() if jobs else np.zeros((0, len(kinds)))
+    job_key = np.stack(columns, axis=1) if jobs else np.zeros((0, len(kinds)))
 
     # ---- task arrays
     n_res = nodes.idle.shape[1]
     if tasks:
-        task_req = np.array([t.request for t in tasks], dtype=np.float64)
+        # Pods of one workload share their request vector: stack each once.
+        by_id: dict[int, int] = {}
+        sources: list[np.ndarray] = []
+        rows = []
+        for t in tasks:
+            request = t.request
+            row = by_id.get(id(request))
+            if row is None:
+                row = by_id[id(request)] = len(sources)
+                sources.append(request)
+            rows.append(row)
+        task_req = np.array(sources, dtype=np.float64)[np.array(rows, dtype=np.int64)]
     else:
         task_req = np.zeros((0, n_res))
     task_qvec = np.ascontiguousarray(task_req[:, [CPU, MEMORY, GPU]])
     sig_index: dict[Any, int] = {}
     sig_tasks: list[Task] = []
-    task_sig = np.zeros(len(tasks), dtype=np.int64)
-    task_nom = np.full(len(tasks), -1, dtype=np.int64)
+    sigs: list[int] = []
+    nominated_at: list[tuple[int, int]] = []
     node_index = nodes.index
     for i, t in enumerate(tasks):
         pod = t.pod
@@ -292,10 +318,14 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         if s is None:
             s = sig_index[key] = len(sig_tasks)
             sig_tasks.append(t)
-        task_sig[i] = s
+        sigs.append(s)
         nominated = pod.nominated_node_name
         if nominated:
-            task_nom[i] = node_index.get(nominated, -1)
+            nominated_at.append((i, node_index.get(nominated, -1)))
+    task_sig = np.array(sigs, dtype=np.int64)
+    task_nom = np.full(len(tasks), -1, dtype=np.int64)
+    for i, n in nominated_at:
+        task_nom[i] = n
 
     # ---- predicate masks per constraint set
     predicates = ssn.registered("batch_predicate")
@@ -349,10 +379,10 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "job_start": np.array(job_start, dtype=np.int64),
         "job_leaf": np.array(job_leaf, dtype=np.int64),
         "job_min": np.array(job_min, dtype=np.int64),
-        "job_active": np.array(job_active, dtype=np.int64),
-        "job_nonpipe": np.array(job_nonpipe, dtype=np.int64),
-        "job_pipelined": np.array(job_pipelined, dtype=np.int64),
-        "job_allocset": np.array(job_allocset, dtype=np.int64),
+        "job_active": np.ascontiguousarray(job_active),
+        "job_nonpipe": np.ascontiguousarray(job_nonpipe),
+        "job_pipelined": np.ascontiguousarray(job_pipelined),
+        "job_allocset": np.ascontiguousarray(job_allocset),
         "job_np_mode": np.array(job_np_mode, dtype=np.int64),
         "job_key": np.ascontiguousarray(job_key, dtype=np.int64),
         "key_kinds": np.array(kinds, dtype=np.int64),
@@ -399,6 +429,8 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     att_first = out["att_first"].tolist()
     att_count = out["att_count"].tolist()
     att_flags = out["att_flags"].tolist()
+    att_info = att_fail = att_active = None  # read on the first failure
+    problems: dict[tuple, str] = {}  # failure counts -> their description
     for a, kind in enumerate(att_kind):
         job = jobs[att_job[a]]
         if kind == KIND_OK:
@@ -422,18 +454,24 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
         elif kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
             ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
         else:
+            if att_info is None:
+                att_info = out["att_info"].tolist()
+                att_fail = out["att_fail"].tolist()
+                att_active = out["att_active"].tolist()
             placed, chunk = att_first[a], att_count[a]
-            task = tasks[int(out["att_info"][a])]
-            counts = out["att_fail"][a].tolist()
-            failures: dict[str, int] = {}
-            if counts[0]:
-                failures["insufficient resources"] = counts[0]
-            for name, count in zip(plan.predicate_names, counts[1:]):
-                if count:
-                    failures[name] = failures.get(name, 0) + count
-            problem = describe_failures(failures, len(nodes))
+            task = tasks[att_info[a]]
+            counts = att_fail[a]
+            problem = problems.get(tuple(counts))
+            if problem is None:
+                failures: dict[str, int] = {}
+                if counts[0]:
+                    failures["insufficient resources"] = counts[0]
+                for name, count in zip(plan.predicate_names, counts[1:]):
+                    if count:
+                        failures[name] = failures.get(name, 0) + count
+                problem = problems[tuple(counts)] = describe_failures(failures, len(nodes))
             if chunk > 1 or job.min_member > 1:
-                needed = job.min_member - int(out["att_active"][a])
+                needed = job.min_member - att_active[a]
                 message = (
                     f"Resources were found for {placed} pods while {max(needed, chunk)} are "
                     f"required for gang scheduling; pod {task.key}: {problem}"

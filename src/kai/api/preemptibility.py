@@ -65,6 +65,15 @@ class Preemptibility:
         return self.value != NON_PREEMPTIBLE
 
 
+# The results of the legacy rule (frozen, so shared by every job they resolve).
+_BY_PRIORITY = {v: Preemptibility(v, SOURCE_PRIORITY) for v in (PREEMPTIBLE, NON_PREEMPTIBLE)}
+
+
+def by_priority(priority: int) -> Preemptibility:
+    """The resolution of a job that nothing names a preemptibility for (shared, frozen)."""
+    return _BY_PRIORITY[priority_rule(priority)]
+
+
 class _Owned(Protocol):
     namespace: str | None
     owner_references: list[OwnerReference]
@@ -136,7 +145,10 @@ def resolve_preemptibility(
     explicit: tuple[str, str, str] | None = None  # (value, source, where)
     if pod_group is not None and pod_group.preemptibility is not None:
         explicit = (pod_group.preemptibility, SOURCE_PODGROUP, "spec.preemptibility")
-    if explicit is None:
+    if explicit is None and (
+        (pod_group is not None and pod_group.owner_references)
+        or any(pod.owner_references for pod in pods)
+    ):
         found = _owner_label(pod_group, pods, lookup)
         if found is not None:
             explicit = (found[0], SOURCE_OWNER, found[1])
@@ -148,7 +160,7 @@ def resolve_preemptibility(
                 break
     legacy = priority_rule(priority)
     if explicit is None:
-        return Preemptibility(legacy, SOURCE_PRIORITY)
+        return _BY_PRIORITY[legacy]
     value, source, where = explicit
     if value in VALID_VALUES:
         return Preemptibility(value, source)

@@ -185,21 +185,105 @@ class ProportionPlugin(Plugin):
                 zeros.copy(),
                 zeros.copy(),
             )
+        self._accumulate(ssn)
+
+    def _accumulate(self, ssn: Session) -> None:
+        """Charge the allocated pods and request the pending ones, in bulk.
+
+        Every queue's sums get the pods' vectors added in the order of jobs and tasks
+        (``np.add.at`` adds sequentially), so they are bit-identical to charging one
+        pod at a time.
+        """
+        shares = self.shares
+        qindex = {name: i for i, name in enumerate(shares)}
+        path_ids: dict[str, int] = {}
+        paths: list[list[int]] = []
+        by_request: dict[int, int] = {}  # id(task.request) -> row of ``sources``
+        sources: list[np.ndarray] = []  # request vectors (pods of one workload share them)
+        special: list[np.ndarray] = []  # queue vectors of shared-GPU pods
+        src: list[int] = []  # per pod: row of ``sources``, or -1 - index into ``special``
+        pid: list[int] = []  # per pod: its queue path
+        alloc_rows: list[int] = []  # pods that are allocated (the others are pending)
+        np_rows: list[int] = []  # allocated pods charged as non-preemptible
+        pending = TaskStatus.PENDING
+        min_mem = self.min_gpu_memory
         for job in ssn.jobs.values():
-            if job.queue not in self.shares or job.invalid_reason:
+            queue = job.queue
+            if queue not in shares or job.invalid_reason:
                 continue
+            path = path_ids.get(queue)  # type: ignore[arg-type]
+            if path is None:
+                path = path_ids[queue] = len(paths)  # type: ignore[index]
+                paths.append([qindex[name] for name in self.ancestors(queue)])  # type: ignore[arg-type]
             core = job.core_tasks() if job.preemptibility == SEMI_PREEMPTIBLE else ()
+            non_preemptible = not job.preemptible
             for task in job.tasks:
-                if task.status in ALLOCATED:
-                    vec = queue_vector(ssn, task)
-                    np_charge = task in core if core else not job.preemptible
-                    self._charge(job, vec, +1, request_too=True, non_preemptible=np_charge)
-                elif task.status is TaskStatus.PENDING:
-                    vec = queue_vector(
-                        ssn, task, for_request=True, min_gpu_memory=self.min_gpu_memory
-                    )
-                    for name in self.ancestors(job.queue):
-                        self.shares[name].request += vec
+                status = task.status
+                if status in ALLOCATED:
+                    if core:
+                        charge_np = task in core
+                    else:
+                        charge_np = non_preemptible
+                    if charge_np:
+                        np_rows.append(len(src))
+                    alloc_rows.append(len(src))
+                    shared = task.gpu_fraction > 0 or task.gpu_memory_mib > 0
+                    if shared:
+                        special.append(queue_vector(ssn, task))
+                elif status is pending:
+                    shared = task.gpu_fraction > 0 or task.gpu_memory_mib > 0
+                    if shared:
+                        special.append(
+                            queue_vector(ssn, task, for_request=True, min_gpu_memory=min_mem)
+                        )
+                else:
+                    continue
+                if shared:
+                    src.append(-len(special))
+                else:
+                    request = task.request
+                    row = by_request.get(id(request))
+                    if row is None:
+                        row = by_request[id(request)] = len(sources)
+                        sources.append(request)
+                    src.append(row)
+                pid.append(path)
+        if not src:
+            return
+        n_q = len(shares)
+        vectors = np.zeros((len(sources) + len(special), len(QUEUE_RESOURCES)))
+        if sources:
+            vectors[: len(sources)] = np.array(sources)[:, [CPU, MEMORY, GPU]]
+        if special:
+            vectors[len(sources) :] = np.array(special)
+        rows = np.array(src, dtype=np.int64)
+        rows[rows < 0] = len(sources) - 1 - rows[rows < 0]
+        per_pod = vectors[rows]
+        width = max(len(p) for p in paths)
+        path_mat = np.full((len(paths), max(width, 1)), -1, dtype=np.int64)
+        for i, p in enumerate(paths):
+            path_mat[i, : len(p)] = p
+        pod_paths = path_mat[np.array(pid, dtype=np.int64)]  # pods x width, leaf first
+
+        def add(target: np.ndarray, pods: np.ndarray) -> None:
+            events = pod_paths[pods].ravel()  # pod-major: the order of one-by-one charging
+            owners = np.repeat(pods, pod_paths.shape[1])
+            keep = events >= 0
+            np.add.at(target, events[keep], per_pod[owners[keep]])
+
+        every = np.arange(len(src), dtype=np.int64)
+        request = np.zeros((n_q, len(QUEUE_RESOURCES)))
+        add(request, every)
+        allocated = np.zeros((n_q, len(QUEUE_RESOURCES)))
+        allocated_np = np.zeros((n_q, len(QUEUE_RESOURCES)))
+        if alloc_rows:
+            add(allocated, np.array(alloc_rows, dtype=np.int64))
+        if np_rows:
+            add(allocated_np, np.array(np_rows, dtype=np.int64))
+        for i, share in enumerate(shares.values()):
+            share.request[...] = request[i]
+            share.allocated[...] = allocated[i]
+            share.allocated_non_preemptible[...] = allocated_np[i]
 
     def ancestors(self, queue: str) -> list[str]:
         """The queue and its ancestors, leaf first."""

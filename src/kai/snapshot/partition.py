@@ -36,6 +36,12 @@ def partition(objects: ClusterObjects, label: str = NODE_POOL_LABEL) -> dict[str
     (or by its own label when it has none), a pod of another scheduler goes with its
     node.  Priority classes, owners and the configuration are shared by every pool.
     """
+    if not any(
+        label in obj.labels
+        for kind in (objects.nodes, objects.queues, objects.pod_groups, objects.pods)
+        for obj in kind
+    ):
+        return {DEFAULT_POOL: objects}  # no labelled object: one pool, the snapshot itself
     node_pool = {n.name: n.labels.get(label, DEFAULT_POOL) for n in objects.nodes}
     group_pool = {
         (g.namespace, g.name): g.labels.get(label, DEFAULT_POOL) for g in objects.pod_groups
