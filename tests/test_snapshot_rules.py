@@ -140,3 +140,9 @@ def test_a_kubectl_list_dump_is_valid_input():
     snap = kai.Snapshot.from_objects([{"apiVersion": "v1", "kind": "List", "items": items}])
     result = kai.run_session(snap, actions=["allocate"], now="2026-11-22T12:00:00Z")
     assert result.pods["default/a"].status == "Binding"
+
+
+def test_a_bad_gpu_fraction_makes_its_group_unschedulable_with_the_reason():
+    out = run([node("n1"), queue("q"), pod("f", queue="q", fraction=7)], ["allocate"])
+    assert statuses(out)["default/f"] == ("Pending", None)
+    assert "gpu-fraction" in out["podGroups"]["default/f"]["reason"]

@@ -30,7 +30,7 @@ from kai.api.objects import (
     PodGroupObject,
     PodObject,
 )
-from kai.api.preemptibility import resolve_preemptibility
+from kai.api.preemptibility import PREEMPTIBILITY_LABEL, by_priority, resolve_preemptibility
 from kai.api.resources import GPU, PODS, ResourceTable
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
@@ -67,9 +67,8 @@ def build_state(
     singles: list[PodObject] = []
 
     for pod in objects.pods:
-        status = pod_status(pod)
         if pod.scheduler_name != scheduler_name:
-            _add_foreign(state, pod, status)
+            _add_foreign(state, pod, pod_status(pod))
             continue
         group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
         if group_name:
@@ -89,52 +88,89 @@ def build_state(
                 return priorities[pod.priority_class_name]
         return global_default if global_default is not None else DEFAULT_PRIORITY
 
+    all_tasks = state.tasks
+    running = (TaskStatus.RUNNING, TaskStatus.BOUND)
+    queue_problems: dict[str | None, str | None] = {}
+    jobs = state.jobs
+
     def make_job(uid, name, namespace, pg, pods, min_member, invalid=None) -> Job:
-        pods = sorted(pods, key=lambda p: p.name)
+        if len(pods) > 1:
+            pods = sorted(pods, key=_pod_name)
         queue = pg.queue if pg is not None and pg.queue else None
         if queue is None:
-            queue = next((p.labels[QUEUE_LABEL] for p in pods if QUEUE_LABEL in p.labels), None)
+            for p in pods:
+                if QUEUE_LABEL in p.labels:
+                    queue = p.labels[QUEUE_LABEL]
+                    break
         priority = priority_of(pg, pods)
-        pre = resolve_preemptibility(pg, pods, priority, lookup)
-        created = pg.creation_timestamp if pg is not None else None
-        if created is None:
+        if (pg is None or (pg.preemptibility is None and not pg.owner_references)) and (
+            (
+                len(pods) == 1
+                and not pods[0].owner_references
+                and PREEMPTIBILITY_LABEL not in pods[0].labels
+            )
+            or all(not p.owner_references and PREEMPTIBILITY_LABEL not in p.labels for p in pods)
+        ):
+            # Nothing names a preemptibility: resolve_preemptibility's legacy rule.
+            pre = by_priority(priority)
+        else:
+            pre = resolve_preemptibility(pg, pods, priority, lookup)
+        if pg is not None:
+            created = pg.creation_timestamp
+            if created is None:
+                stamps = [p.creation_timestamp for p in pods if p.creation_timestamp]
+                created = min(stamps) if stamps else None
+            job = Job(
+                uid=uid,
+                name=name,
+                namespace=namespace,
+                queue=queue,
+                priority=priority,
+                min_member=min_member,
+                preemptible=pre.preemptible,
+                preemptibility=pre.value,
+                creation_timestamp=created,
+                pod_group=pg,
+                last_start_timestamp=pg.last_start_timestamp,
+                stale_timestamp=pg.stale_timestamp,
+                last_eviction_timestamp=pg.last_eviction_timestamp,
+                staleness_grace_period=pg.staleness_grace_period,
+                preemption_delay=pg.preemption_delay,
+            )
+        else:
             stamps = [p.creation_timestamp for p in pods if p.creation_timestamp]
             created = min(stamps) if stamps else None
-        job = Job(
-            uid=uid,
-            name=name,
-            namespace=namespace,
-            queue=queue,
-            priority=priority,
-            min_member=min_member,
-            preemptible=pre.preemptible,
-            preemptibility=pre.value,
-            creation_timestamp=created,
-            pod_group=pg,
-        )
+            job = Job(
+                uid=uid,
+                name=name,
+                namespace=namespace,
+                queue=queue,
+                priority=priority,
+                min_member=min_member,
+                preemptible=pre.preemptible,
+                preemptibility=pre.value,
+                creation_timestamp=created,
+            )
         if pre.warning:
             job.warnings.append(pre.warning)
-        if pg is not None:
-            job.last_start_timestamp = pg.last_start_timestamp
-            job.stale_timestamp = pg.stale_timestamp
-            job.last_eviction_timestamp = pg.last_eviction_timestamp
-            job.staleness_grace_period = pg.staleness_grace_period
-            job.preemption_delay = pg.preemption_delay
+        tasks = job.tasks
         for pod in pods:
-            task = _make_task(state, pod, job)
-            job.tasks.append(task)
-            state.tasks.append(task)
+            tasks.append(_make_task(state, pod, job))
+        all_tasks.extend(tasks)
         if job.last_start_timestamp is None:
             starts = [
-                t.pod.start_time or t.pod.creation_timestamp
-                for t in job.tasks
-                if t.status in (TaskStatus.RUNNING, TaskStatus.BOUND)
+                t.pod.start_time or t.pod.creation_timestamp for t in tasks if t.status in running
             ]
             starts = [s for s in starts if s is not None]
             if starts:
                 job.last_start_timestamp = min(starts)
-        job.invalid_reason = invalid or _queue_problem(queue, queues)
-        state.jobs[job.key] = job
+        if invalid:
+            job.invalid_reason = invalid
+        elif job.invalid_reason is None:  # a pod's bad GPU annotation may have set it
+            if queue not in queue_problems:
+                queue_problems[queue] = _queue_problem(queue, queues)
+            job.invalid_reason = queue_problems[queue]
+        jobs[f"{namespace}/{name}"] = job
         return job
 
     for key in sorted(pod_groups):
@@ -260,12 +296,36 @@ def _request_vector(state: ClusterState, requests: dict[str, float]) -> np.ndarr
     return vec
 
 
+def _pod_name(pod: PodObject) -> str:
+    return pod.name
+
+
 def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
     request = _request_vector(state, pod.requests)
+    annotations = pod.annotations
+    status = pod_status(pod)
+    node = -1
+    if pod.node_name is not None and status in ON_NODE:
+        node = state.nodes.index.get(pod.node_name, -1)
+        if node < 0:
+            state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
+    if GPU_FRACTION_ANNOTATION not in annotations and GPU_MEMORY_ANNOTATION not in annotations:
+        # The common case: no shared GPU.
+        return Task(
+            uid=pod.uid or f"{pod.namespace}/{pod.name}",
+            name=pod.name,
+            namespace=pod.namespace,
+            job=job,  # type: ignore[arg-type]
+            request=request,
+            status=status,
+            pod=pod,
+            node=node,
+            creation_timestamp=pod.creation_timestamp,
+        )
     fraction = 0.0
     memory_mib = 0.0
-    raw_fraction = pod.annotations.get(GPU_FRACTION_ANNOTATION)
-    raw_memory = pod.annotations.get(GPU_MEMORY_ANNOTATION)
+    raw_fraction = annotations.get(GPU_FRACTION_ANNOTATION)
+    raw_memory = annotations.get(GPU_MEMORY_ANNOTATION)
     if raw_fraction:
         try:
             fraction = float(raw_fraction)
@@ -295,12 +355,6 @@ def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
     elif fraction > 0 or memory_mib > 0:
         request = request.copy()
         request[GPU] = 0.0
-    status = pod_status(pod)
-    node = -1
-    if pod.node_name is not None and status in ON_NODE:
-        node = state.nodes.index.get(pod.node_name, -1)
-        if node < 0:
-            state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
     gpu_group = None
     if fraction > 0 or memory_mib > 0:
         gpu_group = pod.labels.get(GPU_GROUP_LABEL)
