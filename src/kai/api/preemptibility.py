@@ -69,11 +69,6 @@ class Preemptibility:
 _BY_PRIORITY = {v: Preemptibility(v, SOURCE_PRIORITY) for v in (PREEMPTIBLE, NON_PREEMPTIBLE)}
 
 
-def by_priority(priority: int) -> Preemptibility:
-    """The resolution of a job that nothing names a preemptibility for (shared, frozen)."""
-    return _BY_PRIORITY[priority_rule(priority)]
-
-
 class _Owned(Protocol):
     namespace: str | None
     owner_references: list[OwnerReference]

@@ -30,7 +30,7 @@ from kai.api.objects import (
     PodGroupObject,
     PodObject,
 )
-from kai.api.preemptibility import PREEMPTIBILITY_LABEL, by_priority, resolve_preemptibility
+from kai.api.preemptibility import resolve_preemptibility
 from kai.api.resources import GPU, PODS, ResourceTable
 
 KAI_SCHEDULER_NAME = "kai-scheduler"
@@ -68,7 +68,7 @@ def build_state(
 
     for pod in objects.pods:
         if pod.scheduler_name != scheduler_name:
-            _add_foreign(state, pod, pod_status(pod))
+            _add_foreign(state, pod)
             continue
         group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
         if group_name:
@@ -103,54 +103,28 @@ def build_state(
                     queue = p.labels[QUEUE_LABEL]
                     break
         priority = priority_of(pg, pods)
-        if (pg is None or (pg.preemptibility is None and not pg.owner_references)) and (
-            (
-                len(pods) == 1
-                and not pods[0].owner_references
-                and PREEMPTIBILITY_LABEL not in pods[0].labels
-            )
-            or all(not p.owner_references and PREEMPTIBILITY_LABEL not in p.labels for p in pods)
-        ):
-            # Nothing names a preemptibility: resolve_preemptibility's legacy rule.
-            pre = by_priority(priority)
-        else:
-            pre = resolve_preemptibility(pg, pods, priority, lookup)
+        pre = resolve_preemptibility(pg, pods, priority, lookup)
+        created = pg.creation_timestamp if pg is not None else None
+        if created is None:
+            created = earliest([p.creation_timestamp for p in pods])
+        job = Job(
+            uid=uid,
+            name=name,
+            namespace=namespace,
+            queue=queue,
+            priority=priority,
+            min_member=min_member,
+            preemptible=pre.preemptible,
+            preemptibility=pre.value,
+            creation_timestamp=created,
+        )
         if pg is not None:
-            created = pg.creation_timestamp
-            if created is None:
-                stamps = [p.creation_timestamp for p in pods if p.creation_timestamp]
-                created = min(stamps) if stamps else None
-            job = Job(
-                uid=uid,
-                name=name,
-                namespace=namespace,
-                queue=queue,
-                priority=priority,
-                min_member=min_member,
-                preemptible=pre.preemptible,
-                preemptibility=pre.value,
-                creation_timestamp=created,
-                pod_group=pg,
-                last_start_timestamp=pg.last_start_timestamp,
-                stale_timestamp=pg.stale_timestamp,
-                last_eviction_timestamp=pg.last_eviction_timestamp,
-                staleness_grace_period=pg.staleness_grace_period,
-                preemption_delay=pg.preemption_delay,
-            )
-        else:
-            stamps = [p.creation_timestamp for p in pods if p.creation_timestamp]
-            created = min(stamps) if stamps else None
-            job = Job(
-                uid=uid,
-                name=name,
-                namespace=namespace,
-                queue=queue,
-                priority=priority,
-                min_member=min_member,
-                preemptible=pre.preemptible,
-                preemptibility=pre.value,
-                creation_timestamp=created,
-            )
+            job.pod_group = pg
+            job.last_start_timestamp = pg.last_start_timestamp
+            job.stale_timestamp = pg.stale_timestamp
+            job.last_eviction_timestamp = pg.last_eviction_timestamp
+            job.staleness_grace_period = pg.staleness_grace_period
+            job.preemption_delay = pg.preemption_delay
         if pre.warning:
             job.warnings.append(pre.warning)
         tasks = job.tasks
@@ -158,12 +132,9 @@ def build_state(
             tasks.append(_make_task(state, pod, job))
         all_tasks.extend(tasks)
         if job.last_start_timestamp is None:
-            starts = [
-                t.pod.start_time or t.pod.creation_timestamp for t in tasks if t.status in running
-            ]
-            starts = [s for s in starts if s is not None]
-            if starts:
-                job.last_start_timestamp = min(starts)
+            job.last_start_timestamp = earliest(
+                [t.pod.start_time or t.pod.creation_timestamp for t in tasks if t.status in running]
+            )
         if invalid:
             job.invalid_reason = invalid
         elif job.invalid_reason is None:  # a pod's bad GPU annotation may have set it
@@ -215,7 +186,7 @@ def pod_status(pod: PodObject) -> TaskStatus:
     if phase == "Failed":
         return TaskStatus.FAILED
     if pod.deletion_timestamp is not None and phase in ("Pending", "Running"):
-        return TaskStatus.RELEASING if pod.node_name or phase == "Running" else TaskStatus.RELEASING
+        return TaskStatus.RELEASING
     if phase == "Running":
         return TaskStatus.RUNNING
     if phase == "Pending":
@@ -309,61 +280,43 @@ def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
         node = state.nodes.index.get(pod.node_name, -1)
         if node < 0:
             state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
-    if GPU_FRACTION_ANNOTATION not in annotations and GPU_MEMORY_ANNOTATION not in annotations:
-        # The common case: no shared GPU.
-        return Task(
-            uid=pod.uid or f"{pod.namespace}/{pod.name}",
-            name=pod.name,
-            namespace=pod.namespace,
-            job=job,  # type: ignore[arg-type]
-            request=request,
-            status=status,
-            pod=pod,
-            node=node,
-            creation_timestamp=pod.creation_timestamp,
-        )
     fraction = 0.0
     memory_mib = 0.0
-    raw_fraction = annotations.get(GPU_FRACTION_ANNOTATION)
-    raw_memory = annotations.get(GPU_MEMORY_ANNOTATION)
-    if raw_fraction:
-        try:
-            fraction = float(raw_fraction)
-        except ValueError:
-            fraction = 0.0
-        if not 0 < fraction <= 1:
-            if job is not None:
-                job.invalid_reason = (
-                    f"pod {pod.key}: annotation {GPU_FRACTION_ANNOTATION}={raw_fraction!r} "
-                    "is not a number in (0, 1]"
-                )
-            fraction = 0.0
-    elif raw_memory:
-        try:
-            memory_mib = float(raw_memory)
-        except ValueError:
-            memory_mib = 0.0
-        if memory_mib <= 0 and job is not None:
-            job.invalid_reason = (
-                f"pod {pod.key}: annotation {GPU_MEMORY_ANNOTATION}={raw_memory!r} "
-                "is not a positive number of MiB"
-            )
-    if fraction >= 1.0:  # a whole device is an ordinary GPU request
-        request = request.copy()
-        request[GPU] = max(request[GPU], 1.0)
-        fraction = 0.0
-    elif fraction > 0 or memory_mib > 0:
-        request = request.copy()
-        request[GPU] = 0.0
     gpu_group = None
-    if fraction > 0 or memory_mib > 0:
-        gpu_group = pod.labels.get(GPU_GROUP_LABEL)
-        if gpu_group is None:
-            gpu_group = next(
-                (v for k, v in pod.labels.items() if k.startswith(GPU_GROUP_LABEL + "/")), None
-            )
-        if node >= 0 and gpu_group is None:
-            gpu_group = f"{pod.node_name}/{pod.key}"  # running without a known device
+    # Most pods share no GPU and skip the annotation checks.
+    if GPU_FRACTION_ANNOTATION in annotations or GPU_MEMORY_ANNOTATION in annotations:
+        raw_fraction = annotations.get(GPU_FRACTION_ANNOTATION)
+        raw_memory = annotations.get(GPU_MEMORY_ANNOTATION)
+        if raw_fraction:
+            try:
+                fraction = float(raw_fraction)
+            except ValueError:
+                fraction = 0.0
+            if not 0 < fraction <= 1:
+                if job is not None:
+                    job.invalid_reason = (
+                        f"pod {pod.key}: annotation {GPU_FRACTION_ANNOTATION}={raw_fraction!r} "
+                        "is not a number in (0, 1]"
+                    )
+                fraction = 0.0
+        elif raw_memory:
+            try:
+                memory_mib = float(raw_memory)
+            except ValueError:
+                memory_mib = 0.0
+            if memory_mib <= 0 and job is not None:
+                job.invalid_reason = (
+                    f"pod {pod.key}: annotation {GPU_MEMORY_ANNOTATION}={raw_memory!r} "
+                    "is not a positive number of MiB"
+                )
+        if fraction >= 1.0:  # a whole device is an ordinary GPU request
+            request = request.copy()
+            request[GPU] = max(request[GPU], 1.0)
+            fraction = 0.0
+        elif fraction > 0 or memory_mib > 0:
+            request = request.copy()
+            request[GPU] = 0.0
+            gpu_group = _gpu_group(pod, node)
     return Task(
         uid=pod.uid or pod.key,
         name=pod.name,
@@ -380,7 +333,19 @@ def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
     )
 
 
-def _add_foreign(state: ClusterState, pod: PodObject, status: TaskStatus) -> None:
+def _gpu_group(pod: PodObject, node: int) -> str | None:
+    """The shared GPU device a pod uses, from its gpu-group label."""
+    group = pod.labels.get(GPU_GROUP_LABEL)
+    if group is None:
+        group = next(
+            (v for k, v in pod.labels.items() if k.startswith(GPU_GROUP_LABEL + "/")), None
+        )
+    if node >= 0 and group is None:
+        group = f"{pod.node_name}/{pod.key}"  # running without a known device
+    return group
+
+
+def _add_foreign(state: ClusterState, pod: PodObject) -> None:
     task = _make_task(state, pod, None)
     if task.node >= 0:
         state.foreign_tasks.append(task)
@@ -389,5 +354,6 @@ def _add_foreign(state: ClusterState, pod: PodObject, status: TaskStatus) -> Non
 
 
 def earliest(stamps: list[datetime | None]) -> datetime | None:
+    """The earliest of the timestamps that are set, or None."""
     present = [s for s in stamps if s is not None]
     return min(present) if present else None
