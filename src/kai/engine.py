@@ -15,9 +15,9 @@ from typing import Any
 
 from kai.actions import get_action
 from kai.api.errors import InputError
-from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, Task, TaskStatus
+from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
-from kai.api.preemptibility import SEMI_PREEMPTIBLE, published_status
+from kai.api.preemptibility import published_status
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
 from kai.snapshot.builder import build_state
@@ -275,20 +275,7 @@ def _format_time(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _pod_result(ssn: Session, task: Task) -> PodResult:
-    status = _OUTPUT_STATUS[task.status]
-    if task.node >= 0:
-        node = ssn.nodes.names[task.node]
-    elif task.status is TaskStatus.PENDING:
-        node = None
-    else:
-        node = task.pod.node_name
-    return PodResult(status, node)
-
-
-def _job_result(
-    ssn: Session, job: Job, formatted: dict[datetime, str] | None = None
-) -> PodGroupResult:
+def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
     tasks = job.tasks
     if len(tasks) == 1:
         scheduled_count = 1 if tasks[0].status in _SCHEDULED else 0
@@ -313,16 +300,10 @@ def _job_result(
         else:
             reason = "not scheduled in this session"
     annotations = {}
-    if formatted is None:
-        formatted = {}
     if job.new_start_timestamp is not None:
         annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
     if job.stale_since_set is not None:
         annotations[STALE_ANNOTATION] = _format_cached(job.stale_since_set, formatted)
-    if job.preemptibility == SEMI_PREEMPTIBLE:
-        status = published_status(job)
-    else:
-        status = {"preemptibility": job.preemptibility}
     return PodGroupResult(
         job.key,
         job.queue,
@@ -333,7 +314,7 @@ def _job_result(
         explain,
         list(job.warnings),
         annotations,
-        status,
+        published_status(job),
     )
 
 
@@ -380,7 +361,7 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
             node = task.pod.node_name
         pods[keys[i]] = PodResult(_OUTPUT_STATUS[status], node)
     jobs = ssn.jobs
-    groups = {key: _job_result(ssn, jobs[key], formatted) for key in sorted(jobs)}
+    groups = {key: _job_result(jobs[key], formatted) for key in sorted(jobs)}
     queues = {}
     for name in sorted(ssn.queues):
         fair = ssn.queue_info("queue_fair_share", name) or {}
