@@ -11,8 +11,10 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 import numpy as np
 
@@ -257,6 +259,24 @@ def queue_arrays(resources: dict[str, QueueResource]) -> tuple[np.ndarray, ...]:
     limit = np.array([s.limit for s in specs], dtype=np.float64)
     weight = np.array([s.over_quota_weight for s in specs], dtype=np.float64)
     return deserved, limit, weight
+
+
+class _Parented(Protocol):
+    parent: str | None
+
+
+def queue_path(queues: Mapping[str, _Parented], leaf: str | None) -> list[str]:
+    """Root-to-leaf queue names ending with ``leaf`` (empty for an unknown queue).
+
+    The walk stops at the first name ``queues`` lacks, and at a cycle.
+    """
+    path: list[str] = []
+    current = leaf
+    while current is not None and current in queues and current not in path:
+        path.append(current)
+        current = queues[current].parent
+    path.reverse()
+    return path
 
 
 @dataclass

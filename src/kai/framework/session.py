@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kai.api.model import ClusterState, Job, QueueInfo, Task
+from kai.api.model import ClusterState, Job, QueueInfo, Task, queue_path
 from kai.backends import get_backend
 
 if TYPE_CHECKING:
+    from kai.api.objects import NodeObject
     from kai.config import SchedulerConfig
     from kai.framework.plugin import Plugin
     from kai.framework.statement import Statement
@@ -76,7 +77,8 @@ class NodeInfo:
         return self._ssn.nodes.names[self.index]
 
     @property
-    def node(self):  # the parsed NodeObject (labels, annotations, taints, ...)
+    def node(self) -> NodeObject:
+        """The parsed node (labels, annotations, taints, ...)."""
         return self._ssn.nodes.objects[self.index]
 
     @property
@@ -620,12 +622,4 @@ class Session:
 
     def queue_path(self, name: str) -> list[str]:
         """Root-to-leaf list of queue names ending with ``name``."""
-        path = []
-        seen = set()
-        current: str | None = name
-        while current is not None and current in self.queues and current not in seen:
-            seen.add(current)
-            path.append(current)
-            current = self.queues[current].parent
-        path.reverse()
-        return path
+        return queue_path(self.queues, name)

@@ -11,6 +11,8 @@ They are registered like any user plugin would be and serve as documented exampl
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 from kai.api.model import Job, Task
 from kai.framework import Event, EventHandler, NodeInfo, Plugin, Session, register_plugin
@@ -20,7 +22,7 @@ class SpotInstancePlugin(Plugin):
     name = "spot-instance-manager"
     arguments = ("spotLabelKey", "spotLabelValue", "nonSpotScore")
 
-    def __init__(self, args=None) -> None:
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         super().__init__(args)
         self.spot_label_key = str(self.args.get("spotLabelKey", "kai.scheduler/instance-type"))
         self.spot_label_value = str(self.args.get("spotLabelValue", "spot"))
@@ -45,7 +47,7 @@ class SpotInstancePlugin(Plugin):
 class NamespaceAllocationTracker(Plugin):
     name = "namespace-allocation-tracker"
 
-    def __init__(self, args=None) -> None:
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         super().__init__(args)
         self.pods_per_namespace: Counter[str] = Counter()
 

@@ -17,8 +17,10 @@ the score of one pod against all nodes are each one kernel call of the backend
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -104,7 +106,7 @@ class LoadAwarePlugin(Plugin):
     name = "loadaware"
     arguments = ARGUMENTS
 
-    def __init__(self, args=None) -> None:
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         super().__init__(args)
         self.la: LoadAwareArgs = parse_args(self.args)
 

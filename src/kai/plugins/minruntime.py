@@ -52,7 +52,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from kai.api.errors import ConfigError
-from kai.api.model import ACTIVE_USED, Job, QueueInfo, Task, TaskStatus
+from kai.api.model import ACTIVE_USED, Job, QueueInfo, Task, TaskStatus, queue_path
 from kai.api.quantity import parse_duration
 from kai.framework import Plugin, register_plugin
 
@@ -66,17 +66,6 @@ PREEMPT = "preempt"
 
 
 # ------------------------------------------------------------------ resolution
-def queue_path(queues: Mapping[str, QueueInfo], leaf: str | None) -> list[str]:
-    """Root-to-leaf names ending with ``leaf`` (empty for an unknown queue)."""
-    path: list[str] = []
-    current = leaf
-    while current is not None and current in queues and current not in path:
-        path.append(current)
-        current = queues[current].parent
-    path.reverse()
-    return path
-
-
 def _first_set_upwards(
     queues: Mapping[str, QueueInfo], path: list[str], start: int, attr: str
 ) -> float | None:

@@ -15,7 +15,9 @@ more) and keeps non-preemptible jobs within quota.  The reclaim rules live in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from kai.api.model import (
     QueueInfo,
     Task,
     TaskStatus,
+    queue_path,
 )
 from kai.api.preemptibility import (
     SEMI_PREEMPTIBLE,
@@ -123,7 +126,7 @@ class ProportionPlugin(Plugin):
     native_allocate = True
     arguments = ("kValue", "relcaimerSaturationMultiplier", "reclaimerSaturationMultiplier")
 
-    def __init__(self, args=None) -> None:
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         super().__init__(args)
         self.k_value = max(0.0, self.arg_float("kValue", 1.0))
         key = (
@@ -287,12 +290,7 @@ class ProportionPlugin(Plugin):
 
     def ancestors(self, queue: str) -> list[str]:
         """The queue and its ancestors, leaf first."""
-        out = []
-        current: str | None = queue
-        while current is not None and current in self.shares and current not in out:
-            out.append(current)
-            current = self.shares[current].parent
-        return out
+        return queue_path(self.shares, queue)[::-1]
 
     def _charge(
         self,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kai.api.model import QUEUE_RESOURCES, Job, Task
+from kai.api.model import QUEUE_RESOURCES, Job, Task, queue_path
 
 if TYPE_CHECKING:
     from kai.framework import Session
@@ -108,13 +108,7 @@ class ReclaimRules:
         return request
 
     def path(self, shares: dict[str, QueueShare], queue: str) -> list[str]:
-        out: list[str] = []
-        current: str | None = queue
-        while current is not None and current in shares and current not in out:
-            out.append(current)
-            current = shares[current].parent
-        out.reverse()
-        return out
+        return queue_path(shares, queue)
 
     def leveled(
         self, shares: dict[str, QueueShare], reclaimer: str, reclaimee: str

@@ -7,6 +7,9 @@ resource type > bin-packing/spreading.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from kai.api.model import Job, Task
@@ -29,7 +32,7 @@ class NodePlacementPlugin(Plugin):
     native_allocate = True
     arguments = ("gpu", "cpu")
 
-    def __init__(self, args=None) -> None:
+    def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         super().__init__(args)
         self.gpu = self.arg_choice("gpu", "binpack", ("binpack", "spread"))
         self.cpu = self.arg_choice("cpu", "binpack", ("binpack", "spread"))
