@@ -9,16 +9,12 @@ import numpy as np
 
 from kai.actions.common import JobQueue, schedulable_jobs, tasks_to_allocate
 from kai.actions.signatures import FailedRepresentatives
-from kai.api.model import ACTIVE_ALLOCATED, Job, Task
+from kai.api.model import Job, Task
 from kai.framework.session import Session
 from kai.solvers import ActionBudget, JobSolver, SearchLimits
 from kai.solvers.job_solver import STOP_REASONS
 from kai.solvers.simulate import Validator
 from kai.solvers.victims import VictimPool, potential_victim
-
-
-def has_active_allocated(job: Job) -> bool:
-    return any(t.status in ACTIVE_ALLOCATED for t in job.tasks)
 
 
 def victim_invariant_problem(ssn: Session, job: Job, tasks: list[Task]) -> str | None:

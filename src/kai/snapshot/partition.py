@@ -19,16 +19,6 @@ POD_GROUP_ANNOTATION = "pod-group-name"
 DEFAULT_POOL = ""
 
 
-def node_pools(objects: ClusterObjects, label: str = NODE_POOL_LABEL) -> list[str]:
-    """Pools present in the snapshot, the default pool (no label) first."""
-    pools = {n.labels.get(label, DEFAULT_POOL) for n in objects.nodes}
-    pools |= {q.labels.get(label, DEFAULT_POOL) for q in objects.queues}
-    pools |= {g.labels.get(label, DEFAULT_POOL) for g in objects.pod_groups}
-    pools |= {p.labels.get(label, DEFAULT_POOL) for p in objects.pods}
-    pools.add(DEFAULT_POOL)
-    return sorted(pools)
-
-
 def partition(objects: ClusterObjects, label: str = NODE_POOL_LABEL) -> dict[str, ClusterObjects]:
     """Split a snapshot into one snapshot per node pool.
 
