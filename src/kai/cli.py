@@ -42,6 +42,13 @@ def main() -> None:
     """kai: a batch and GPU scheduling engine for Kubernetes."""
 
 
+_backend_option = click.option(
+    "--backend",
+    type=click.Choice(["native", "numba", "python"]),
+    help="Compute backend (default: $KAI_BACKEND, else native when built, else numba).",
+)
+
+
 def _split_actions(value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -70,11 +77,7 @@ def _split_actions(value: str | None) -> list[str] | None:
     help="Schedule only this node pool (value of the kai.scheduler/node-pool label; "
     "'' for objects without it). Default: every pool, one session each.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["native", "numba", "python"]),
-    help="Compute backend (default: native when built, else numba).",
-)
+@_backend_option
 def simulate(snapshot, config_file, actions, now, output, explain, node_pool, backend) -> None:
     """Run one scheduling session on SNAPSHOT file(s) and print the decisions."""
     from kai.engine import Snapshot, run_session
@@ -125,11 +128,7 @@ def simulate(snapshot, config_file, actions, now, output, explain, node_pool, ba
     show_default=True,
     help="small, medium, large, or a number (nodes; KAI topologies: 5 jobs per node).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["native", "numba", "python"]),
-    help="Compute backend (default: native when built, else numba).",
-)
+@_backend_option
 @click.option("--repeat", default=3, show_default=True, type=click.IntRange(1), help="Timed runs.")
 @click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Also write JSON here.")
 @click.option("--no-memory", is_flag=True, help="Skip the (slower) traced memory runs.")
@@ -258,11 +257,7 @@ def _duration_option(name: str, value: str) -> float:
     help="Extra owner kinds whose metadata is read, comma-separated "
     "GROUP/VERSION/RESOURCE[=Kind] (e.g. jobset.x-k8s.io/v1alpha2/jobsets=JobSet).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["native", "numba", "python"]),
-    help="Compute backend (default: native when built, else numba).",
-)
+@_backend_option
 @click.option(
     "--log-level",
     default="info",
