@@ -570,10 +570,10 @@ class WatchStream:
             else:
                 _shutdown_socket(self.resp)
             self.resp.close()
-        except Exception:  # noqa: BLE001 - closing a dead socket may fail; nothing to do
-            pass
+        except Exception as err:  # noqa: BLE001 - closing a dead socket may fail
+            log.debug("watch %s: closing the stream: %s", self.kind.name, err)
         finally:
             try:
                 self.resp.release_conn()
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as err:  # noqa: BLE001 - the connection may be gone already
+                log.debug("watch %s: releasing the connection: %s", self.kind.name, err)
