@@ -32,6 +32,7 @@ KERNELS: tuple[str, ...] = (
     # solver
     "idle_gpus_fit",
     "scenario_fit",
+    "incremental_fit",
 )
 
 F64 = np.ndarray
@@ -86,6 +87,31 @@ class Backend(Protocol):
     def idle_gpus_fit(self, capacity: F64, requests: F64) -> bool: ...
 
     def scenario_fit(self, available: F64, requests: F64) -> bool: ...
+
+    def incremental_fit(
+        self, capacity: F64, available: F64, gpu_requests: F64, requests: F64
+    ) -> IncrementalFit: ...
+
+
+class IncrementalFit(Protocol):
+    """``idle_gpus_fit`` and ``scenario_fit`` over arrays changed step by step.
+
+    ``scenario_fit`` leaves out the nodes whose available GPUs (+ EPS) are below the
+    smallest GPU request of ``requests`` when that is > 0 (they fit no task).  Every
+    check returns what the stateless kernels return on the current arrays.
+    """
+
+    def set_capacity(self, nodes: I64, values: F64) -> None: ...  # capacity[nodes] = values
+
+    def add_available(self, nodes: I64, rows: F64) -> None: ...  # available[nodes] += rows
+
+    def idle_gpus_fit(self) -> bool: ...
+
+    def scenario_fit(self) -> bool: ...
+
+    def capacity(self) -> F64: ...  # copies of the current arrays
+
+    def available(self) -> F64: ...
 
 
 class KernelSet:
@@ -275,3 +301,79 @@ def prep_scenario_fit(available: Any, requests: Any) -> tuple[F64, F64]:
     if r <= SOLVER_GPU_COLUMN:
         raise ValueError(f"requests: expected more than {SOLVER_GPU_COLUMN} resource columns")
     return f64_2d(available, "available", r), req
+
+
+def prep_incremental_fit(
+    capacity: Any, available: Any, gpu_requests: Any, requests: Any
+) -> tuple[F64, F64, F64, F64]:
+    """Copies (the state is changed in place) of the four arrays, validated."""
+    cap = np.array(f64_1d(capacity, "capacity"), dtype=np.float64, copy=True)
+    avail, req = prep_scenario_fit(available, requests)
+    avail = np.array(avail, dtype=np.float64, copy=True)
+    if avail.shape[0] != cap.shape[0]:
+        raise ValueError(f"available: expected {cap.shape[0]} rows, got {avail.shape[0]}")
+    return cap, avail, f64_1d(gpu_requests, "gpu_requests").copy(), req.copy()
+
+
+def prep_fit_update(nodes: Any, rows: Any, n: int, r: int) -> tuple[I64, F64]:
+    idx = np.ascontiguousarray(nodes, dtype=np.int64)
+    if idx.ndim != 1:
+        raise ValueError(f"nodes: expected a 1-d array, got shape {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError("nodes: node index out of range")
+    if r == 0:
+        vals = f64_1d(rows, "values")
+        if vals.shape[0] != idx.shape[0]:
+            raise ValueError(f"values: expected length {idx.shape[0]}")
+        return idx, vals
+    if idx.size == 0:
+        return idx, np.zeros((0, r), dtype=np.float64)
+    vals = f64_2d(rows, "rows", r)
+    if vals.shape[0] != idx.shape[0]:
+        raise ValueError(f"rows: expected shape ({idx.shape[0]}, {r})")
+    return idx, vals
+
+
+class StatelessIncrementalFit:
+    """:class:`IncrementalFit` by calling the stateless kernels on the current arrays."""
+
+    def __init__(
+        self,
+        idle_gpus_fit: Any,
+        scenario_fit: Any,
+        capacity: Any,
+        available: Any,
+        gpu_requests: Any,
+        requests: Any,
+    ) -> None:
+        self._idle = idle_gpus_fit
+        self._fit = scenario_fit
+        self._cap, self._avail, self._gpu, self._req = prep_incremental_fit(
+            capacity, available, gpu_requests, requests
+        )
+        req = self._req
+        self._smallest = float(req[:, SOLVER_GPU_COLUMN].min()) if req.shape[0] else 0.0
+
+    def set_capacity(self, nodes: Any, values: Any) -> None:
+        idx, vals = prep_fit_update(nodes, values, self._cap.shape[0], 0)
+        for i, v in zip(idx.tolist(), vals.tolist()):
+            self._cap[i] = v
+
+    def add_available(self, nodes: Any, rows: Any) -> None:
+        idx, vals = prep_fit_update(nodes, rows, *self._avail.shape)
+        np.add.at(self._avail, idx, vals)
+
+    def idle_gpus_fit(self) -> bool:
+        return bool(self._idle(self._cap, self._gpu))
+
+    def scenario_fit(self) -> bool:
+        avail = self._avail
+        if self._smallest > 0:
+            avail = avail[avail[:, SOLVER_GPU_COLUMN] + EPS >= self._smallest]
+        return bool(self._fit(avail, self._req))
+
+    def capacity(self) -> F64:
+        return self._cap.copy()
+
+    def available(self) -> F64:
+        return self._avail.copy()

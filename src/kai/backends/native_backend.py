@@ -94,3 +94,16 @@ def scenario_fit(available: Any, requests: Any) -> bool:
 
     avail, req = prep_scenario_fit(available, requests)
     return bool(_native.scenario_fit(avail, req, SOLVER_GPU_COLUMN))
+
+
+def incremental_fit(capacity: Any, available: Any, gpu_requests: Any, requests: Any) -> Any:
+    from kai.backends._common import SOLVER_GPU_COLUMN, f64_1d, prep_scenario_fit
+
+    avail, req = prep_scenario_fit(available, requests)
+    return _native.IncrementalFit(
+        f64_1d(capacity, "capacity"),
+        avail,
+        f64_1d(gpu_requests, "gpu_requests"),
+        req,
+        SOLVER_GPU_COLUMN,
+    )

@@ -103,3 +103,11 @@ def scenario_fit(available: Any, requests: Any) -> bool:
 
     avail, req = prep_scenario_fit(available, requests)
     return bool(_kernels().scenario_fit(avail, req, SOLVER_GPU_COLUMN, EPS))
+
+
+def incremental_fit(capacity: Any, available: Any, gpu_requests: Any, requests: Any) -> Any:
+    from kai.backends._common import StatelessIncrementalFit
+
+    return StatelessIncrementalFit(
+        idle_gpus_fit, scenario_fit, capacity, available, gpu_requests, requests
+    )

@@ -374,3 +374,17 @@ def scenario_fit(available: Any, requests: Any) -> bool:
             return False
         work[hit[0]] -= row
     return True
+
+
+def incremental_fit(capacity: Any, available: Any, gpu_requests: Any, requests: Any) -> Any:
+    """:func:`idle_gpus_fit` and :func:`scenario_fit` over arrays changed step by step.
+
+    ``set_capacity(nodes, values)`` assigns capacities, ``add_available(nodes, rows)``
+    adds rows in order (as ``np.add.at``); ``scenario_fit()`` leaves out the nodes whose
+    available GPUs + EPS are below the smallest GPU request when that is > 0.
+    """
+    from kai.backends._common import StatelessIncrementalFit
+
+    return StatelessIncrementalFit(
+        idle_gpus_fit, scenario_fit, capacity, available, gpu_requests, requests
+    )

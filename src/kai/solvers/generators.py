@@ -91,6 +91,11 @@ def _prefix_subsets(
     requests = state.gpu_requests
     smallest = float(requests.min()) if len(requests) else 0.0
     demand = float(requests.sum())
+    bound = getattr(state, "prefix_bound", None)
+    if bound is None or not bound.valid(base, feasible):
+        bound = state.prefix_bound = _PrefixBound(base, feasible, smallest)
+    if not bound.may_cover(state, demand):
+        return
     order = state.node_order  # victim-bearing nodes in first-appearance order
     capacity: dict[int, float] = {}
     recorded_on_node = state.recorded_on_node
@@ -136,6 +141,57 @@ def _prefix_subsets(
             return
         k = min(m, k + step)
         step *= 2
+
+
+class _PrefixBound:
+    """Whether :func:`_prefix_subsets` can find a prefix that covers the demand, kept
+    across the accumulation steps of one state (most states of a large gang find none).
+
+    Only while every capacity is a whole number of GPUs: then the candidates' capacities
+    and the baseline are exact integers, their sums do not depend on the order, and the
+    ascending running total of the candidates reaches the demand iff their sum does.
+    """
+
+    def __init__(self, base: np.ndarray, feasible: np.ndarray, smallest: float) -> None:
+        self.base = base
+        self.feasible = feasible
+        self.smallest = smallest
+        self.whole = bool(np.array_equal(base, np.floor(base)))
+        self.baseline = float(base[feasible].sum()) if self.whole else 0.0
+        self.capacity: dict[int, float] = {}  # victim-bearing node -> capacity
+        self.candidates = 0  # nodes with capacity + 1e-9 >= smallest
+        self.total = 0.0  # their capacity
+        self.seen = 0  # entries of ``state.touched`` taken in
+
+    def valid(self, base: np.ndarray, feasible: np.ndarray) -> bool:
+        return feasible is self.feasible and np.array_equal(base, self.base)
+
+    def may_cover(self, state: AccumulatedState, demand: float) -> bool:
+        """False only when :func:`_prefix_subsets` would yield nothing."""
+        totals = state._freed_total
+        if not self.whole or totals is None:
+            return True
+        base, feasible, capacity = self.base, self.feasible, self.capacity
+        recorded = state.recorded_on_node
+        smallest = self.smallest
+        touched = state.touched
+        for node in touched[self.seen :]:
+            old = capacity.get(node)
+            if old is None:
+                if feasible[node]:
+                    self.baseline -= float(base[node])
+            elif old + 1e-9 >= smallest:
+                self.candidates -= 1
+                self.total -= old
+            new = (float(base[node]) + recorded.get(node, 0.0)) + totals.get(node, 0.0)
+            capacity[node] = new
+            if new + 1e-9 >= smallest:
+                self.candidates += 1
+                self.total += new
+        self.seen = len(touched)
+        if not self.candidates:
+            return False
+        return self.total + 1e-9 >= demand - self.baseline
 
 
 register_generator("NodeLocalGreedy", node_local_greedy)

@@ -21,7 +21,13 @@ from kai.framework.session import Session
 from kai.framework.statement import Statement
 from kai.solvers.budget import ActionBudget, JobBudget
 from kai.solvers.generators import GENERATORS
-from kai.solvers.scenario import Scenario, gpu_slots_suffice
+from kai.solvers.scenario import (
+    Fingerprint,
+    Scenario,
+    gpu_slot_needs,
+    gpu_slots_suffice,
+    pending_key,
+)
 from kai.solvers.simulate import Simulation, Validator, simulate
 
 SOLVED = "solved"
@@ -88,7 +94,7 @@ class JobSolver:
         if not generators:
             return SolveResult(False, NO_GENERATOR)
         active_before = job.count(ACTIVE_USED)
-        failed: set[frozenset[str]] = set()
+        failed: set[Fingerprint] = set()
         feasible = feasible_nodes(ssn, tasks)
         victims = self.candidates()
         for name, gen in generators:
@@ -109,7 +115,7 @@ class JobSolver:
         gen,
         victims: list[Job],
         feasible: np.ndarray,
-        failed: set[frozenset[str]],
+        failed: set[Fingerprint],
         job_budget: JobBudget,
     ) -> SolveResult:
         n = len(tasks)
@@ -179,7 +185,7 @@ class JobSolver:
         gen,
         victims: list[Job],
         feasible: np.ndarray,
-        failed: set[frozenset[str]],
+        failed: set[Fingerprint],
         job_budget: JobBudget,
         *,
         keep: bool = False,
@@ -192,12 +198,13 @@ class JobSolver:
         deadline = job_budget.generator_deadline(name)
         clock = self.budget.clock
         bound = _PlacementBound(ssn, pending, within)
+        pending_ids = pending_key(pending)
         for scenario in gen(ssn, job, pending, recorded, victims, within):
             if job_budget.exhausted():
                 return _Probe(None, DEADLINE_EXHAUSTED)
             if clock() >= deadline:
                 return _Probe(None, GENERATORS_EXHAUSTED)  # this generator's share is spent
-            key = scenario.fingerprint()
+            key = scenario.fingerprint(pending_ids if scenario.pending is pending else None)
             if key in failed:
                 continue
             job_budget.scenarios += 1
@@ -226,6 +233,7 @@ class _PlacementBound:
             float(t.request[GPU]) for t in pending if not t.is_shared_gpu and t.request[GPU] > 0
         ]
         if self.requests:
+            self.needs = gpu_slot_needs(self.requests)
             nodes = ssn.nodes
             self.base = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
             self.within = within
@@ -240,7 +248,7 @@ class _PlacementBound:
         np.add.at(capacity, index, freed)
         mask = self.within.copy()
         mask[index] = True
-        return gpu_slots_suffice(capacity[mask], self.requests)
+        return gpu_slots_suffice(capacity[mask], self.requests, self.needs)
 
 
 def victim_jobs_of(tasks: list[Task]) -> list[Job]:

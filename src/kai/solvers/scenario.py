@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import compress
+from typing import Any
 
 import numpy as np
 
@@ -49,11 +50,23 @@ class Scenario:
                     out.append(task)
         return out
 
-    def fingerprint(self) -> frozenset[str]:
-        ids = {"p:" + self.preemptor.uid}
-        ids.update("t:" + t.uid for t in self.pending)
-        ids.update("v:" + t.uid for t in self.victim_tasks())
-        return frozenset(ids)
+    def fingerprint(self, pending_key: frozenset[str] | None = None) -> Fingerprint:
+        """Preemptor, pending tasks and victims (equal exactly for equal scenarios);
+        ``pending_key`` is :func:`pending_key` of ``self.pending`` when known."""
+        if pending_key is None:
+            pending_key = frozenset(t.uid for t in self.pending)
+        victims = {t.uid for t in self.recorded}
+        for batch in self.batches:
+            victims.update(t.uid for t in batch.tasks)
+        return (self.preemptor.uid, pending_key, frozenset(victims))
+
+
+#: A scenario's identity: preemptor uid, pending task uids, victim task uids.
+Fingerprint = tuple[str, frozenset[str], frozenset[str]]
+
+
+def pending_key(pending: list[Task]) -> frozenset[str]:
+    return frozenset(t.uid for t in pending)
 
 
 def gpu_need(ssn: Session, task: Task) -> float:
@@ -80,11 +93,18 @@ def gpu_freed(ssn: Session, task: Task) -> float:
 COUNT_SLACK = 1e-6
 
 
-def gpu_slots_suffice(capacity: np.ndarray, requests: list[float]) -> bool:
+def gpu_slot_needs(requests: list[float]) -> list[tuple[float, int]]:
+    """Per request size v (descending), how many of ``requests`` ask for >= v GPUs."""
+    return [(v, sum(1 for r in requests if r >= v)) for v in sorted(set(requests), reverse=True)]
+
+
+def gpu_slots_suffice(
+    capacity: np.ndarray, requests: list[float], needs: list[tuple[float, int]] | None = None
+) -> bool:
     """A necessary condition for placing whole-GPU ``requests`` on nodes of ``capacity``
-    GPUs: for every request size v, the requests of >= v GPUs fit the v-sized slots."""
-    for v in sorted(set(requests), reverse=True):
-        need = sum(1 for r in requests if r >= v)
+    GPUs: for every request size v, the requests of >= v GPUs fit the v-sized slots.
+    ``needs``: :func:`gpu_slot_needs` of ``requests``, when known."""
+    for v, need in gpu_slot_needs(requests) if needs is None else needs:
         if np.floor((capacity + COUNT_SLACK) / v).sum() < need:
             return False
     return True
@@ -108,6 +128,33 @@ def node_gpu_capacity(ssn: Session) -> np.ndarray:
     cap = np.maximum(cap, 0.0)
     ssn.cache["solver.gpu_capacity"] = (nodes, nodes.version, cap)
     return cap.copy()
+
+
+@dataclass
+class PreparedBatch:
+    """What :meth:`AccumulatedState.add` computes per task of a batch, computed once."""
+
+    items: list[tuple[int, float, np.ndarray]]  # (node, GPUs freed, resource row) per task
+    nodes: list[int]  # ``batch.nodes`` in its iteration order
+    sums: list[tuple[int, float, bool]]  # per node: GPUs freed there, whether whole
+
+
+def prepare_batch(ssn: Session, batch: VictimBatch) -> PreparedBatch | None:
+    """The per-task work of adding ``batch`` (None for shared-GPU tasks, whose freed
+    portion depends on the device state: those batches are added by ``add``)."""
+    items = []
+    sums: dict[int, float] = {}
+    for task in batch.tasks:
+        node = task.node
+        if node < 0:
+            continue
+        if task.is_shared_gpu:
+            return None
+        freed = gpu_freed(ssn, task)
+        items.append((node, freed, task.request))
+        sums[node] = sums.get(node, 0) + freed
+    nodes = list(batch.nodes)
+    return PreparedBatch(items, nodes, [(n, sums[n], float(sums[n]).is_integer()) for n in nodes])
 
 
 def tasks_to_evict(ssn: Session, view: Job) -> tuple[list[Task], bool]:
@@ -163,7 +210,10 @@ class AccumulatedState:
         self._row_nodes: list[int] = []  # rows not yet added to ``_available``
         self._rows: list[np.ndarray] = []
         self._unit_sizes: list[float] = []
+        self._fit = None  # the backend's IncrementalFit, made at the third kernel check
+        self._checks = 0
         self.victim_nodes: dict[int, list[int]] = {}  # node -> indices of batches on it
+        self.touched: list[int] = []  # the nodes of each batch, in batch order
         # Victim-bearing nodes in order of first appearance in the batches, and per node
         # the GPUs each of its batches frees there (in batch order).
         self.node_order: list[int] = []
@@ -197,20 +247,33 @@ class AccumulatedState:
 
     @property
     def gpu_capacity(self) -> np.ndarray:
-        if self._cap:
-            cap = self._gpu_capacity
-            for node, value in self._cap.items():
-                cap[node] = value
-            self._cap.clear()
+        self._flush()
         return self._gpu_capacity
 
     @property
     def available(self) -> np.ndarray:
+        self._flush()
+        if self._fit is not None:
+            return self._fit.available()
+        return self._available
+
+    def _flush(self) -> None:
+        """Write the deferred updates back (into the kernels' state once it exists)."""
+        fit = self._fit
+        if self._cap:
+            nodes = list(self._cap)
+            values = list(self._cap.values())
+            self._gpu_capacity[nodes] = values
+            if fit is not None:
+                fit.set_capacity(nodes, values)
+            self._cap.clear()
         if self._rows:
-            np.add.at(self._available, self._row_nodes, np.array(self._rows))
+            if fit is None:
+                np.add.at(self._available, self._row_nodes, np.array(self._rows))
+            else:
+                fit.add_available(self._row_nodes, np.array(self._rows))
             self._row_nodes.clear()
             self._rows.clear()
-        return self._available
 
     def _free(self, task: Task, freed: float | None = None) -> None:
         node = task.node
@@ -252,6 +315,7 @@ class AccumulatedState:
                 self.node_order.append(node)
             sums[node] = sums.get(node, 0) + freed
         totals = self._freed_total
+        self.touched.extend(batch.nodes)
         for node in batch.nodes:
             self.victim_nodes.setdefault(node, []).append(index)
             value = sums[node]
@@ -261,6 +325,132 @@ class AccumulatedState:
                     totals[node] = totals.get(node, 0.0) + value
                 else:
                     self._freed_total = totals = None
+
+    def add_prepared(self, batch: VictimBatch, prepared: PreparedBatch) -> None:
+        """:meth:`add` with the per-task work done beforehand (:func:`prepare_batch`):
+        the same updates, in the same order, with the same values."""
+        index = len(self.batches)
+        self.batches.append(batch)
+        freed_on_node = self.freed_on_node
+        cap = self._cap
+        sizes = self._unit_sizes
+        units = self._units
+        row_nodes, rows = self._row_nodes, self._rows
+        for node, freed, vec in prepared.items:
+            old = cap.get(node)
+            if old is None:
+                old = float(self._gpu_capacity[node])
+            new = old + freed
+            cap[node] = new
+            if sizes:
+                for i, v in enumerate(sizes):
+                    units[i] += math.floor((new + COUNT_SLACK) / v) - math.floor(
+                        (old + COUNT_SLACK) / v
+                    )
+            row_nodes.append(node)
+            rows.append(vec)
+            if node not in freed_on_node:
+                freed_on_node[node] = []
+                self.node_order.append(node)
+        totals = self._freed_total
+        self.touched.extend(prepared.nodes)
+        victim_nodes = self.victim_nodes
+        for node, value, whole in prepared.sums:
+            got = victim_nodes.get(node)
+            if got is None:
+                victim_nodes[node] = [index]
+            else:
+                got.append(index)
+            freed_on_node[node].append(value)
+            if totals is not None:
+                if whole:
+                    totals[node] = totals.get(node, 0.0) + value
+                else:
+                    self._freed_total = totals = None
+
+    def add_steps(self, steps: Any, pos: int, recorded: set[Task]) -> tuple[bool, int]:
+        """Add whole-job batches read from a victim leaf (``steps``, a
+        :class:`~kai.solvers.victims._LeafSteps`) from position ``pos`` down while the
+        counting bound fails: the loop of :meth:`PoolVictimQueue.fast_forward`, with
+        :meth:`add_prepared` inlined for one-task batches.  Returns (whether it stopped
+        because the bound holds, the leaf position to go on from)."""
+        positions, gots = steps.positions, steps.gots
+        ssn = self.ssn
+        i = steps.at_or_below(pos)
+        batches = self.batches
+        cap = self._cap
+        gpu_capacity = self._gpu_capacity
+        freed_on_node = self.freed_on_node
+        node_order = self.node_order
+        victim_nodes = self.victim_nodes
+        touched = self.touched
+        row_nodes, rows = self._row_nodes, self._rows
+        units = self._units
+        one = len(self._unit_sizes) == 1
+        v = self._unit_sizes[0] if one else 0.0
+        need = self._unit_need[0] if one else 0
+        floor = math.floor
+        while True:
+            if i == len(positions) and not steps.extend(ssn):
+                return False, -1  # only jobs the filter rejects are left
+            p = positions[i]
+            tasks, more, batch, prepared = gots[i]
+            i += 1
+            if p > pos:
+                continue  # read before, but already popped by the queue
+            if not tasks:
+                pos = p - 1  # popped and dropped, as accumulate does
+                continue
+            if recorded and not recorded.isdisjoint(tasks):
+                if more or not recorded.issuperset(steps.entries[p][2].tasks):
+                    return False, p
+                # accumulate pops it, finds it recorded and, nothing else of the job
+                # being left, drops it
+                pos = p - 1
+                continue
+            if more:
+                return False, p
+            pos = p - 1
+            if prepared is None:
+                self.add(batch)
+            elif not one or len(prepared.items) != 1:
+                self.add_prepared(batch, prepared)
+            else:
+                # add_prepared for one task on one node and one unit size
+                index = len(batches)
+                batches.append(batch)
+                node, freed, vec = prepared.items[0]
+                old = cap.get(node)
+                if old is None:
+                    old = float(gpu_capacity[node])
+                new = old + freed
+                cap[node] = new
+                units[0] += floor((new + COUNT_SLACK) / v) - floor((old + COUNT_SLACK) / v)
+                row_nodes.append(node)
+                rows.append(vec)
+                got = freed_on_node.get(node)
+                if got is None:
+                    got = freed_on_node[node] = []
+                    node_order.append(node)
+                touched.append(node)
+                at = victim_nodes.get(node)
+                if at is None:
+                    victim_nodes[node] = [index]
+                else:
+                    at.append(index)
+                _, value, whole = prepared.sums[0]
+                got.append(value)
+                totals = self._freed_total
+                if totals is not None:
+                    if whole:
+                        totals[node] = totals.get(node, 0.0) + value
+                    else:
+                        self._freed_total = None
+                if units[0] >= need:
+                    return True, pos
+                continue
+            if not self.short():
+                return True, pos
 
     def freed_totals(self, nodes: list[int]) -> np.ndarray | None:
         """Per node of ``nodes``, the GPUs all batches free there, if all are whole."""
@@ -277,22 +467,47 @@ class AccumulatedState:
         return False
 
     def passes_filters(self) -> bool:
-        """AccumulatedIdleGpus and the resource-vector check (both native kernels)."""
-        backend = self.ssn.backend
+        """AccumulatedIdleGpus and the resource-vector check (both native kernels).
+
+        From the third check of a state on, the kernels keep their nodes sorted across
+        its accumulation steps (:meth:`~kai.backends._common.Backend.incremental_fit`):
+        each check only moves the nodes the new victims changed, with the same results
+        as the stateless kernels (which the first checks use: most states of small jobs
+        are checked once or twice, and the stateless kernels sort fewer nodes).
+        """
         if self.short():
             return False  # the kernel's greedy matching cannot succeed either
+        self._flush()
+        fit = self._fit
+        if fit is None:
+            self._checks += 1
+            if self._checks <= _STATELESS_CHECKS:
+                return self._stateless_filters()
+            fit = self._fit = self.ssn.backend.incremental_fit(
+                self._gpu_capacity, self._available, self.gpu_requests, self.requests
+            )
+        if len(self.gpu_requests) and not fit.idle_gpus_fit():
+            return False
+        # scenario_fit leaves out the nodes without the GPUs of the smallest GPU request:
+        # they fit no task now, nor later (the kernel only takes from nodes).
+        return bool(fit.scenario_fit())
+
+    def _stateless_filters(self) -> bool:
+        backend = self.ssn.backend
         if len(self.gpu_requests) and not backend.idle_gpus_fit(
-            self.gpu_capacity, self.gpu_requests
+            self._gpu_capacity, self.gpu_requests
         ):
             return False
-        available = self.available
+        available = self._available
         if len(self.requests):
-            # A node without the GPUs of the smallest GPU request fits no task now, nor
-            # later (the kernel only takes from nodes): leave it out of the kernel's sort.
             smallest = float(self.requests[:, GPU].min())
             if smallest > 0:
                 available = available[available[:, GPU] + EPS >= smallest]
         return bool(backend.scenario_fit(available, self.requests))
+
+
+#: Checks of a state by the stateless kernels before it gets an incremental one.
+_STATELESS_CHECKS = 2
 
 
 def accumulate(

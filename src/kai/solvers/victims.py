@@ -113,7 +113,10 @@ class VictimCandidates:
         self.memo: dict[Job, bool] = {}
         # tasks_to_evict of whole jobs: the session state is the same whenever a victim
         # queue of this search is read (simulations are undone before it goes on).
-        self.evictions: dict[Job, tuple[list[Task], bool, frozenset[int]]] = {}
+        # With the batch (and its prepared additions) when the whole job is evicted.
+        self.evictions: dict[Job, tuple[list[Task], bool, Any, Any]] = {}
+        # Per leaf, its accepted jobs as read so far (see :class:`_LeafSteps`).
+        self.steps: dict[str, _LeafSteps] = {}
         # Leaf queues that may hold accepted jobs (``leaf_ok`` False: accept rejects all).
         self.leaves = [
             name
@@ -135,6 +138,50 @@ class VictimCandidates:
 
     def queue(self, ssn: Session) -> PoolVictimQueue:
         return PoolVictimQueue(ssn, self)
+
+
+class _LeafSteps:
+    """The accepted jobs of one leaf in victim order (positions descending) with their
+    evictions, read once per search: every probe's victim queue reads the same leaf."""
+
+    __slots__ = ("entries", "cands", "positions", "neg", "gots", "low")
+
+    def __init__(self, entries: list[tuple[Any, int, Job]], cands: VictimCandidates) -> None:
+        self.entries = entries
+        self.cands = cands
+        self.positions: list[int] = []  # descending
+        self.neg: list[int] = []  # the same, negated (ascending, for bisect)
+        self.gots: list[tuple[list[Task], bool, Any, Any]] = []
+        self.low = len(entries)  # every position >= low has been read
+
+    def at_or_below(self, pos: int) -> int:
+        """Index of the first accepted position <= ``pos`` (len(positions) if unread)."""
+        return bisect_left(self.neg, -pos)
+
+    def extend(self, ssn: Session) -> bool:
+        """Read down to the next accepted job; False when the leaf has no more."""
+        from kai.solvers.scenario import VictimBatch, prepare_batch, tasks_to_evict
+
+        entries, accepts, memo = self.entries, self.cands.accepts, self.cands.evictions
+        while self.low > 0:
+            self.low -= 1
+            job = entries[self.low][2]
+            if not accepts(job):
+                continue
+            got = memo.get(job)
+            if got is None:
+                tasks, more = tasks_to_evict(ssn, job)
+                batch = prepared = None
+                if tasks and not more:
+                    nodes = frozenset(t.node for t in tasks if t.node >= 0)
+                    batch = VictimBatch(tasks[0].job, tasks, nodes)
+                    prepared = prepare_batch(ssn, batch)
+                got = memo[job] = (tasks, more, batch, prepared)
+            self.positions.append(self.low)
+            self.neg.append(-self.low)
+            self.gots.append(got)
+            return True
+        return False
 
 
 class _Pushed:
@@ -236,41 +283,17 @@ class PoolVictimQueue(JobQueue):
         With one leaf no queue-order comparison ever happens, so popping is reading the
         leaf in order, as :meth:`pop` would.
         """
-        from kai.solvers.scenario import VictimBatch, tasks_to_evict
-
         if len(self.leaves) != 1:
             return False
-        (leaf,) = self.leaves.values()
+        ((name, leaf),) = self.leaves.items()
         if leaf.pushed:
             return False
-        entries, accepts, memo = leaf.entries, self.cands.accepts, self.cands.evictions
-        ssn = self.ssn
-        pos = leaf.pos
+        steps = self.cands.steps.get(name)
+        if steps is None or steps.entries is not leaf.entries:
+            steps = self.cands.steps[name] = _LeafSteps(leaf.entries, self.cands)
         leaf.head = None
-        try:
-            while pos >= 0:
-                job = entries[pos][2]
-                if not accepts(job):
-                    pos -= 1
-                    continue
-                got = memo.get(job)
-                if got is None:
-                    tasks, more = tasks_to_evict(ssn, job)
-                    got = (tasks, more, frozenset(t.node for t in tasks if t.node >= 0))
-                    memo[job] = got
-                tasks, more, nodes = got
-                if not tasks:
-                    pos -= 1  # popped and dropped, as accumulate does
-                    continue
-                if more or any(t in recorded for t in tasks):
-                    return False
-                pos -= 1
-                state.add(VictimBatch(tasks[0].job, tasks, nodes))
-                if not state.short():
-                    return True
-            return False
-        finally:
-            leaf.pos = pos
+        done, leaf.pos = state.add_steps(steps, leaf.pos, recorded)
+        return done
 
     def __len__(self) -> int:
         raise TypeError("the length of a pool victim queue is not known without filtering")
