@@ -155,6 +155,59 @@ def _queue_order(
 
 
 @njit(cache=True)
+def _best_child(
+    parent,
+    kids,
+    kids_n,
+    best_job,
+    st,
+    job_start,
+    job_min,
+    task_qvec,
+    jreq,
+    jreq_ok,
+    q_alloc,
+    q_fair,
+    q_deserved,
+    q_allocatable,
+    q_priority,
+    q_rank,
+    total,
+):
+    """The best job among the subtrees of ``parent`` by queue order (-1: none)."""
+    bj = -1
+    bq = -1
+    for c in range(kids_n[parent]):
+        child = kids[parent, c]
+        cj = best_job[child]
+        if cj < 0:
+            continue
+        if bj < 0:
+            bj = cj
+            bq = child
+            continue
+        lreq = _job_request(cj, st, job_start, job_min, task_qvec, jreq, jreq_ok)
+        rreq = _job_request(bj, st, job_start, job_min, task_qvec, jreq, jreq_ok)
+        order = _queue_order(
+            child,
+            bq,
+            lreq,
+            rreq,
+            q_alloc,
+            q_fair,
+            q_deserved,
+            q_allocatable,
+            q_priority,
+            q_rank,
+            total,
+        )
+        if order < 0:
+            bj = cj
+            bq = child
+    return bj
+
+
+@njit(cache=True)
 def _job_less(a, b, cur_key):
     for k in range(cur_key.shape[1]):
         x = cur_key[a, k]
@@ -589,69 +642,44 @@ def _loop(
             if heap_size[q] > 0:
                 best_job[q] = heap[heap_off[q]]
                 continue
-            bj = -1
-            bq = -1
-            for c in range(kids_n[q]):
-                child = kids[q, c]
-                cj = best_job[child]
-                if cj < 0:
-                    continue
-                if bj < 0:
-                    bj = cj
-                    bq = child
-                    continue
-                lreq = _job_request(cj, st, job_start, job_min, task_qvec, jreq, jreq_ok)
-                rreq = _job_request(bj, st, job_start, job_min, task_qvec, jreq, jreq_ok)
-                if (
-                    _queue_order(
-                        child,
-                        bq,
-                        lreq,
-                        rreq,
-                        q_alloc,
-                        q_fair,
-                        q_deserved,
-                        q_allocatable,
-                        q_priority,
-                        q_rank,
-                        total,
-                    )
-                    < 0
-                ):
-                    bj = cj
-                    bq = child
-            best_job[q] = bj
-        bj = -1
-        bq = -1
-        for c in range(kids_n[n_queues]):
-            child = kids[n_queues, c]
-            cj = best_job[child]
-            if cj < 0:
-                continue
-            if bj < 0:
-                bj = cj
-                bq = child
-                continue
-            lreq = _job_request(cj, st, job_start, job_min, task_qvec, jreq, jreq_ok)
-            rreq = _job_request(bj, st, job_start, job_min, task_qvec, jreq, jreq_ok)
-            if (
-                _queue_order(
-                    child,
-                    bq,
-                    lreq,
-                    rreq,
-                    q_alloc,
-                    q_fair,
-                    q_deserved,
-                    q_allocatable,
-                    q_priority,
-                    q_rank,
-                    total,
-                )
-                < 0
-            ):
-                bj = cj
-                bq = child
+            best_job[q] = _best_child(
+                q,
+                kids,
+                kids_n,
+                best_job,
+                st,
+                job_start,
+                job_min,
+                task_qvec,
+                jreq,
+                jreq_ok,
+                q_alloc,
+                q_fair,
+                q_deserved,
+                q_allocatable,
+                q_priority,
+                q_rank,
+                total,
+            )
+        bj = _best_child(
+            n_queues,
+            kids,
+            kids_n,
+            best_job,
+            st,
+            job_start,
+            job_min,
+            task_qvec,
+            jreq,
+            jreq_ok,
+            q_alloc,
+            q_fair,
+            q_deserved,
+            q_allocatable,
+            q_priority,
+            q_rank,
+            total,
+        )
         if bj < 0:
             break
         j = _heap_pop(job_leaf[bj], heap, heap_off, heap_size, cur_key)
