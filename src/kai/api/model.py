@@ -350,6 +350,9 @@ class NodeTable:
             [n.ready and not n.unschedulable and not n.pressure_conditions for n in nodes],
             dtype=np.bool_,
         )
+        # Per node, the most room on one shared device (-1: none); see shared_fit.
+        self.shared_free_idle = np.full(len(nodes), -1.0)
+        self.shared_free_any = np.full(len(nodes), -1.0)
         # Bumped on every change of the capacity matrices (add_task / remove_task), so
         # results computed from them can be cached until the next change.
         self.version = 0
@@ -444,6 +447,33 @@ class NodeTable:
         self._charge_group_state(i, group, +1)
         if not group.tasks:
             del groups[task.gpu_group]
+        self._refresh_shared_free(i)
+
+    def _refresh_shared_free(self, i: int) -> None:
+        """Largest room on a shared device of node ``i``, as :meth:`shared_fit` sees it.
+
+        Kept per node so that fitting a fractional task is one vector comparison over
+        all nodes instead of a walk over every node's devices.
+        """
+        idle = any_ = -1.0
+        for group in self.gpu_groups[i].values():
+            state = group.state()
+            if state == "empty":
+                continue
+            idle = max(idle, group.free_idle())
+            if state != "releasing":
+                any_ = max(any_, group.free_counting_releasing())
+        self.shared_free_idle[i] = idle
+        self.shared_free_any[i] = any_
+
+    def portions(self, task: Task) -> np.ndarray:
+        """:meth:`portion_on` for every node at once."""
+        if task.gpu_fraction > 0:
+            return np.full(len(self.names), task.gpu_fraction)
+        mem = self.gpu_memory_mib
+        out = np.zeros(len(self.names))
+        np.divide(task.gpu_memory_mib, mem, out=out, where=mem > 0)
+        return out
 
     def _charge_group_state(self, i: int, group: GpuGroup, sign: int) -> None:
         """A shared device counts as one GPU: busy (used) or releasing."""

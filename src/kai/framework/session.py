@@ -520,21 +520,13 @@ class Session:
     def _shared_gpu_fit(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
         """Whether a fractional task finds a device (shared group or whole free GPU)."""
         nodes = self.nodes
-        n = len(nodes)
-        any_ok = np.zeros(n, dtype=np.bool_)
-        idle_ok = np.zeros(n, dtype=np.bool_)
         gpu = self.state.resources.index["nvidia.com/gpu"]
+        portion = nodes.portions(task)
+        valid = (portion > 0) & (portion <= 1.0 + 1e-9)
         whole_idle = nodes.idle[:, gpu] >= 1.0 - 1e-9
         whole_any = nodes.idle[:, gpu] + nodes.releasing[:, gpu] >= 1.0 - 1e-9
-        for i in range(n):
-            portion = nodes.portion_on(task, i)
-            if portion <= 0 or portion > 1.0 + 1e-9:
-                continue
-            if whole_idle[i] or nodes.shared_fit(i, portion, idle_only=True):
-                idle_ok[i] = True
-                any_ok[i] = True
-            elif whole_any[i] or nodes.shared_fit(i, portion, idle_only=False):
-                any_ok[i] = True
+        idle_ok = valid & (whole_idle | (nodes.shared_free_idle + 1e-9 >= portion))
+        any_ok = idle_ok | (valid & (whole_any | (nodes.shared_free_any + 1e-9 >= portion)))
         return any_ok, idle_ok
 
     def score_nodes(self, task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:

@@ -87,15 +87,10 @@ class GpuSharingOrderPlugin(Plugin):
         nodes = ssn.nodes
 
         def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
-            out = np.zeros(len(nodes), dtype=np.float64)
             if not task.is_shared_gpu:
-                return out
-            for i in np.flatnonzero(candidates):
-                if nodes.gpu_groups[i] and nodes.shared_fit(
-                    int(i), nodes.portion_on(task, int(i)), idle_only=False
-                ):
-                    out[i] = GPU_SHARING
-            return out
+                return np.zeros(len(nodes), dtype=np.float64)
+            fits = candidates & (nodes.shared_free_any + 1e-9 >= nodes.portions(task))
+            return np.where(fits, GPU_SHARING, 0.0)
 
         ssn.add_batch_node_order_fn(score)
 
