@@ -17,7 +17,7 @@ from kai.actions import get_action
 from kai.api.errors import InputError
 from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
-from kai.api.preemptibility import published_status
+from kai.api.preemptibility import SEMI_PREEMPTIBLE, published_status
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
 from kai.snapshot.builder import build_state
@@ -60,7 +60,7 @@ class Snapshot:
         return build_state(self.objects)
 
 
-@dataclass
+@dataclass(slots=True)
 class DecisionRecord:
     action: str
     type: str  # bind | pipeline | evict
@@ -86,13 +86,13 @@ class DecisionRecord:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class PodResult:
     status: str
     node: str | None
 
 
-@dataclass
+@dataclass(slots=True)
 class PodGroupResult:
     name: str  # namespace/name
     queue: str | None
@@ -277,25 +277,32 @@ def _format_time(ts: datetime) -> str:
 
 def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
     tasks = job.tasks
+    fit_errors = job.fit_errors
     if len(tasks) == 1:
-        scheduled_count = 1 if tasks[0].status in _SCHEDULED else 0
+        # One pod (most jobs of a large cluster): test its status once.
+        status = tasks[0].status
+        scheduled = status in _SCHEDULED and job.min_member <= 1
+        pipelined = status is TaskStatus.PIPELINED
+        idle = status not in ACTIVE_ALLOCATED and status is not TaskStatus.PENDING
     else:
-        scheduled_count = job.count(_SCHEDULED)
-    needed = max(job.min_member, 1) if tasks else 1
-    # The gang runs (or binds now); elastic pods beyond it may still wait.
-    scheduled = bool(tasks) and scheduled_count >= needed
+        needed = max(job.min_member, 1) if tasks else 1
+        # The gang runs (or binds now); elastic pods beyond it may still wait.
+        scheduled = bool(tasks) and job.count(_SCHEDULED) >= needed
+        pipelined = idle = False
+        if not scheduled:
+            pipelined = any(t.status is TaskStatus.PIPELINED for t in tasks)
+            idle = job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending()
     reason = None
-    explain = list(job.fit_errors)
     if not tasks:
         reason = "PodGroup has no pods in the snapshot"
     elif job.invalid_reason:
         reason = job.invalid_reason
     elif not scheduled:
-        if any(t.status is TaskStatus.PIPELINED for t in tasks):
+        if pipelined:
             reason = "pipelined: waiting for resources that are being released"
-        elif job.fit_errors:
-            reason = job.fit_errors[0]  # the first action to try it (allocate) says most
-        elif job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending():
+        elif fit_errors:
+            reason = fit_errors[0]  # the first action to try it (allocate) says most
+        elif idle:
             reason = "no pods to schedule"
         else:
             reason = "not scheduled in this session"
@@ -304,17 +311,20 @@ def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
         annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
     if job.stale_since_set is not None:
         annotations[STALE_ANNOTATION] = _format_cached(job.stale_since_set, formatted)
+    preemptibility = job.preemptibility
     return PodGroupResult(
-        job.key,
+        f"{job.namespace}/{job.name}",
         job.queue,
         job.preemptible,
-        job.preemptibility,
+        preemptibility,
         scheduled,
         reason,
-        explain,
-        list(job.warnings),
+        fit_errors.copy(),
+        job.warnings.copy(),
         annotations,
-        published_status(job),
+        published_status(job)
+        if preemptibility == SEMI_PREEMPTIBLE
+        else {"preemptibility": preemptibility},
     )
 
 
@@ -327,6 +337,7 @@ def _format_cached(ts: datetime, formatted: dict[datetime, str]) -> str:
 
 def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> SessionResult:
     decisions = []
+    append = decisions.append
     formatted: dict[datetime, str] = {}
     for d in ssn.decisions:
         annotations = {}
@@ -334,7 +345,7 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
         job = task.job
         if d.type == "bind" and job is not None and job.new_start_timestamp is not None:
             annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
-        decisions.append(
+        append(
             DecisionRecord(
                 d.action,
                 d.type,
@@ -345,21 +356,20 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
                 annotations,
             )
         )
-    pods = {}
     names = ssn.nodes.names
     pending = TaskStatus.PENDING
     all_tasks = ssn.state.all_tasks()
     keys = [f"{t.namespace}/{t.name}" for t in all_tasks]
-    for i in sorted(range(len(keys)), key=keys.__getitem__):
-        task = all_tasks[i]
-        status = task.status
-        if task.node >= 0:
-            node = names[task.node]
-        elif status is pending:
-            node = None
-        else:
-            node = task.pod.node_name
-        pods[keys[i]] = PodResult(_OUTPUT_STATUS[status], node)
+    # Built in bulk: the output status and node of every task, then the sorted dict.
+    statuses = [_OUTPUT_STATUS[t.status] for t in all_tasks]
+    on_node = [
+        names[t.node] if t.node >= 0 else (None if t.status is pending else t.pod.node_name)
+        for t in all_tasks
+    ]
+    pods = {
+        keys[i]: PodResult(statuses[i], on_node[i])
+        for i in sorted(range(len(keys)), key=keys.__getitem__)
+    }
     jobs = ssn.jobs
     groups = {key: _job_result(jobs[key], formatted) for key in sorted(jobs)}
     queues = {}

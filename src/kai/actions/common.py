@@ -51,14 +51,20 @@ def schedulable_jobs(
         if job.invalid_reason:
             ssn.record_fit_error(job, job.invalid_reason)
             continue
-        alive = 0
-        has_pending = False
-        for t in job.tasks:
-            status = t.status
-            if status in ALIVE:
-                alive += 1
-                if status is pending_status:
-                    has_pending = True
+        tasks = job.tasks
+        if len(tasks) == 1:  # most jobs: one status to test
+            status = tasks[0].status
+            alive = 1 if status in ALIVE else 0
+            has_pending = status is pending_status
+        else:
+            alive = 0
+            has_pending = False
+            for t in tasks:
+                status = t.status
+                if status in ALIVE:
+                    alive += 1
+                    if status is pending_status:
+                        has_pending = True
         if pending_only and not has_pending:
             continue
         if alive < job.min_member:

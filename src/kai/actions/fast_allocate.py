@@ -283,28 +283,22 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
 
     # ---- task arrays
     n_res = nodes.idle.shape[1]
-    if tasks:
-        # Pods of one workload share their request vector: stack each once.
-        by_id: dict[int, int] = {}
-        sources: list[np.ndarray] = []
-        rows = []
-        for t in tasks:
-            request = t.request
-            row = by_id.get(id(request))
-            if row is None:
-                row = by_id[id(request)] = len(sources)
-                sources.append(request)
-            rows.append(row)
-        task_req = np.array(sources, dtype=np.float64)[np.array(rows, dtype=np.int64)]
-    else:
-        task_req = np.zeros((0, n_res))
-    task_qvec = np.ascontiguousarray(task_req[:, [CPU, MEMORY, GPU]])
+    # Pods of one workload share their request vector: stack each once.
+    by_id: dict[int, int] = {}
+    sources: list[np.ndarray] = []
+    rows = []
     sig_index: dict[Any, int] = {}
     sig_tasks: list[Task] = []
     sigs: list[int] = []
     nominated_at: list[tuple[int, int]] = []
     node_index = nodes.index
-    for i, t in enumerate(tasks):
+    for i, t in enumerate(tasks):  # one pass: request rows and constraint sets
+        request = t.request
+        row = by_id.get(id(request))
+        if row is None:
+            row = by_id[id(request)] = len(sources)
+            sources.append(request)
+        rows.append(row)
         pod = t.pod
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
             key: Any = (
@@ -322,6 +316,11 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         nominated = pod.nominated_node_name
         if nominated:
             nominated_at.append((i, node_index.get(nominated, -1)))
+    if tasks:
+        task_req = np.array(sources, dtype=np.float64)[np.array(rows, dtype=np.int64)]
+    else:
+        task_req = np.zeros((0, n_res))
+    task_qvec = np.ascontiguousarray(task_req[:, [CPU, MEMORY, GPU]])
     task_sig = np.array(sigs, dtype=np.int64)
     task_nom = np.full(len(tasks), -1, dtype=np.int64)
     for i, n in nominated_at:
@@ -431,6 +430,7 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     att_flags = out["att_flags"].tolist()
     att_info = att_fail = att_active = None  # read on the first failure
     problems: dict[tuple, str] = {}  # failure counts -> their description
+    append = decisions.append
     for a, kind in enumerate(att_kind):
         job = jobs[att_job[a]]
         if kind == KIND_OK:
@@ -442,10 +442,10 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
                 node_tasks[node].add(task)
                 if pl_pipe[p]:
                     task.status = pipelined_status
-                    decisions.append(Decision(action, "pipeline", task, names[node], []))
+                    append(Decision(action, "pipeline", task, names[node], []))
                 else:
                     task.status = binding
-                    decisions.append(Decision(action, "bind", task, names[node], []))
+                    append(Decision(action, "bind", task, names[node], []))
             if not att_flags[a]:  # not pipelined and nothing was allocated before
                 job.last_start_timestamp = now
                 job.new_start_timestamp = now

@@ -25,7 +25,16 @@ def is_stale(job: Job) -> bool:
 
 def stale_gang_eviction(ssn: Session) -> None:
     default = ssn.cache.get("stalegangeviction.grace_period", DEFAULT_STALENESS_GRACE_PERIOD)
-    for job in sorted(ssn.jobs.values(), key=lambda j: j.key):
+    # A job with minMember <= 1 is never stale (0 < used < minMember): clear its stamp
+    # without the status scan and sort only the gangs that may be stale.
+    candidates = []
+    for job in ssn.jobs.values():
+        if job.min_member > 1:
+            candidates.append(job)
+        elif job.tasks or not job.invalid_reason:
+            job.stale_timestamp = None
+            job.stale_since_set = None
+    for job in sorted(candidates, key=lambda j: j.key):
         if job.invalid_reason and not job.tasks:
             continue
         if not is_stale(job):

@@ -87,7 +87,7 @@ ALIVE = frozenset(
 ON_NODE = ACTIVE_USED
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
     """One pod as the scheduler sees it."""
 

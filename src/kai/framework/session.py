@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from kai.framework.statement import Statement
 
 
-@dataclass
+@dataclass(slots=True)
 class Decision:
     """A committed operation that leaves the session."""
 
