@@ -70,10 +70,12 @@ def saturation(allocated: float, fair_share: float) -> float:
 
 
 def _involved(vectors: list[np.ndarray]) -> set[int]:
-    out: set[int] = set()
-    for vec in vectors:
-        out.update(int(r) for r in np.flatnonzero(vec > 0))
-    return out
+    """The resources some vector of ``vectors`` is positive in."""
+    if not vectors:
+        return set()
+    if len(vectors) == 1:
+        return {int(r) for r in np.flatnonzero(vectors[0] > 0)}
+    return {int(r) for r in np.flatnonzero((np.vstack(vectors) > 0).any(axis=0))}
 
 
 class ReclaimRules:
@@ -190,17 +192,29 @@ class ReclaimRules:
             lr, lv = self.leveled(shares, pending.queue, vq)
             if lr is None or lv is None:
                 continue
-            involved[vq] = _involved(chunks)
+            mine = involved[vq] = _involved(chunks)
             if lv not in remaining:
                 remaining[lv] = shares[lv].allocated.copy()
+            if not chunks:
+                continue
+            reclaimer, reclaimee = shares[lr], shares[lv]
+            # fits_strategy per chunk; the reclaimer's side does not depend on the chunk
+            reclaimer_fits: bool | None = None
+            up = list(reversed(self.path(shares, vq)))
+            for name in up:
+                if name not in remaining:
+                    remaining[name] = shares[name].allocated.copy()
+                involved.setdefault(name, set()).update(mine)
+            rows = [remaining[name] for name in up]
+            held = remaining[lv]
             for chunk in chunks:
-                if not fits_strategy(request, shares[lr], shares[lv], remaining[lv]):
-                    return False
-                for name in reversed(self.path(shares, vq)):
-                    if name not in remaining:
-                        remaining[name] = shares[name].allocated.copy()
-                    remaining[name] -= chunk
-                    involved.setdefault(name, set()).update(involved[vq])
+                if not fits_maintain_fair_share(reclaimee, held):
+                    if reclaimer_fits is None:
+                        reclaimer_fits = reclaimer_fits_deserved(reclaimer, request)
+                    if not (reclaimer_fits and reclaimee_exceeds_deserved(reclaimee, held)):
+                        return False
+                for row in rows:
+                    row -= chunk
         requested = _involved([request])
         for name in reversed(self.path(shares, pending.queue)):
             share = shares[name]
