@@ -250,7 +250,9 @@ def _session(
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
     ssn.current_action = ""
     ssn.close()
-    return collect_result(ssn, timings)
+    result = collect_result(ssn, timings)
+    ssn.release()
+    return result
 
 
 # ------------------------------------------------------------------- results
@@ -273,6 +275,9 @@ _SCHEDULED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING
 
 def _format_time(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_STATUS_OF = {p: {"preemptibility": p} for p in ("preemptible", "non-preemptible")}
 
 
 def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
@@ -312,6 +317,11 @@ def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
     if job.stale_since_set is not None:
         annotations[STALE_ANNOTATION] = _format_cached(job.stale_since_set, formatted)
     preemptibility = job.preemptibility
+    if preemptibility == SEMI_PREEMPTIBLE:
+        status_out = published_status(job)
+    else:
+        status_out = _STATUS_OF[preemptibility].copy()
+    # The job's lists are handed over: the session is released after collection.
     return PodGroupResult(
         f"{job.namespace}/{job.name}",
         job.queue,
@@ -319,12 +329,10 @@ def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
         preemptibility,
         scheduled,
         reason,
-        fit_errors.copy(),
-        job.warnings.copy(),
+        fit_errors,
+        job.warnings,
         annotations,
-        published_status(job)
-        if preemptibility == SEMI_PREEMPTIBLE
-        else {"preemptibility": preemptibility},
+        status_out,
     )
 
 
@@ -336,40 +344,44 @@ def _format_cached(ts: datetime, formatted: dict[datetime, str]) -> str:
 
 
 def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> SessionResult:
+    """The decisions and the per-pod, per-group and per-queue report of a session.
+
+    Lists the session built (decisions' GPU groups, jobs' fit errors and warnings) are
+    handed to the result rather than copied: collect once, then release the session.
+    """
+    formatted: dict[datetime, str] = {}
     decisions = []
     append = decisions.append
-    formatted: dict[datetime, str] = {}
     for d in ssn.decisions:
-        annotations = {}
         task = d.task
-        job = task.job
-        if d.type == "bind" and job is not None and job.new_start_timestamp is not None:
-            annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
+        annotations = {}
+        if d.type == "bind":
+            job = task.job
+            if job is not None and (last_start := job.new_start_timestamp) is not None:
+                annotations[LAST_START_ANNOTATION] = _format_cached(last_start, formatted)
         append(
             DecisionRecord(
                 d.action,
                 d.type,
                 f"{task.namespace}/{task.name}",
                 d.node,
-                list(d.gpu_groups),
+                d.gpu_groups,
                 d.reason,
                 annotations,
             )
         )
     names = ssn.nodes.names
     pending = TaskStatus.PENDING
-    all_tasks = ssn.state.all_tasks()
-    keys = [f"{t.namespace}/{t.name}" for t in all_tasks]
-    # Built in bulk: the output status and node of every task, then the sorted dict.
-    statuses = [_OUTPUT_STATUS[t.status] for t in all_tasks]
-    on_node = [
-        names[t.node] if t.node >= 0 else (None if t.status is pending else t.pod.node_name)
-        for t in all_tasks
-    ]
-    pods = {
-        keys[i]: PodResult(statuses[i], on_node[i])
-        for i in sorted(range(len(keys)), key=keys.__getitem__)
-    }
+    output_status = _OUTPUT_STATUS
+    rows = sorted(
+        (
+            f"{t.namespace}/{t.name}",
+            output_status[t.status],
+            names[t.node] if t.node >= 0 else (None if t.status is pending else t.pod.node_name),
+        )
+        for t in ssn.state.all_tasks()
+    )
+    pods = {key: PodResult(status, node) for key, status, node in rows}
     jobs = ssn.jobs
     groups = {key: _job_result(jobs[key], formatted) for key in sorted(jobs)}
     queues = {}

@@ -524,3 +524,8 @@ class ClusterState:
 
     def all_tasks(self) -> list[Task]:
         return self.tasks + self.foreign_tasks + self.passive_tasks
+
+    def release(self) -> None:
+        """Break the task <-> job cycles so the state is freed by reference counting."""
+        for job in self.jobs.values():
+            job.tasks = []

@@ -140,19 +140,22 @@ def resolve_preemptibility(
     explicit: tuple[str, str, str] | None = None  # (value, source, where)
     if pod_group is not None and pod_group.preemptibility is not None:
         explicit = (pod_group.preemptibility, SOURCE_PODGROUP, "spec.preemptibility")
-    if explicit is None and (
-        (pod_group is not None and pod_group.owner_references)
-        or any(pod.owner_references for pod in pods)
-    ):
-        found = _owner_label(pod_group, pods, lookup)
-        if found is not None:
-            explicit = (found[0], SOURCE_OWNER, found[1])
     if explicit is None:
+        # One pass over the pods (one pod, for most jobs) finds both later sources.
+        owned = pod_group is not None and bool(pod_group.owner_references)
+        labelled: PodObject | None = None
         for pod in pods:
-            if PREEMPTIBILITY_LABEL in pod.labels:
-                where = f"label {PREEMPTIBILITY_LABEL} of pod {pod.key}"
-                explicit = (pod.labels[PREEMPTIBILITY_LABEL], SOURCE_POD, where)
-                break
+            if pod.owner_references:
+                owned = True
+            if labelled is None and PREEMPTIBILITY_LABEL in pod.labels:
+                labelled = pod
+        if owned:
+            found = _owner_label(pod_group, pods, lookup)
+            if found is not None:
+                explicit = (found[0], SOURCE_OWNER, found[1])
+        if explicit is None and labelled is not None:
+            where = f"label {PREEMPTIBILITY_LABEL} of pod {labelled.key}"
+            explicit = (labelled.labels[PREEMPTIBILITY_LABEL], SOURCE_POD, where)
     legacy = priority_rule(priority)
     if explicit is None:
         return _BY_PRIORITY[legacy]

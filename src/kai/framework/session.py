@@ -188,6 +188,17 @@ class Session:
         for plugin in self.plugins:
             plugin.on_session_close(self)
 
+    def release(self) -> None:
+        """Drop the session's state once its results have been read.
+
+        Tasks and their jobs, and plugins and the session, point at each other, so
+        left alone a session is freed by a later cyclic-GC pass, which for 100,000
+        pods costs several times what freeing it by reference counting does.  This
+        breaks those cycles; the session is unusable afterwards.
+        """
+        self.state.release()
+        self.__dict__.clear()
+
     def statement(self) -> Statement:
         from kai.framework.statement import Statement
 

@@ -89,12 +89,16 @@ def build_state(
         return global_default if global_default is not None else DEFAULT_PRIORITY
 
     all_tasks = state.tasks
+    add_task = all_tasks.append
     running = (TaskStatus.RUNNING, TaskStatus.BOUND)
     queue_problems: dict[str | None, str | None] = {}
     jobs = state.jobs
+    make_task = _TaskMaker(state)
 
     def make_job(uid, name, namespace, pg, pods, min_member, invalid=None) -> Job:
-        if len(pods) > 1:
+        # Most jobs have one pod: that case avoids the sorts and scans over pods.
+        single = len(pods) == 1
+        if not single:
             pods = sorted(pods, key=_pod_name)
         queue = pg.queue if pg is not None and pg.queue else None
         if queue is None:
@@ -104,11 +108,10 @@ def build_state(
                     break
         priority = priority_of(pg, pods)
         pre = resolve_preemptibility(pg, pods, priority, lookup)
-        pod0 = pods[0] if len(pods) == 1 else None
         created = pg.creation_timestamp if pg is not None else None
         if created is None:
-            if pod0 is not None:
-                created = pod0.creation_timestamp
+            if single:
+                created = pods[0].creation_timestamp
             else:
                 created = earliest([p.creation_timestamp for p in pods])
         # Positional (uid, name, namespace, queue, priority, min_member, preemptible,
@@ -145,19 +148,23 @@ def build_state(
                 pre.preemptible,
                 pre.value,
                 created,
+                [],
             )
         if pre.warning:
             job.warnings.append(pre.warning)
         tasks = job.tasks
-        for pod in pods:
-            tasks.append(_make_task(state, pod, job))
-        all_tasks.extend(tasks)
-        if job.last_start_timestamp is None:
-            if len(tasks) == 1:
-                t = tasks[0]
-                if t.status in running:
-                    job.last_start_timestamp = t.pod.start_time or t.pod.creation_timestamp
-            else:
+        if single:
+            task = make_task(pods[0], job)
+            tasks.append(task)
+            add_task(task)
+            if job.last_start_timestamp is None and task.status in running:
+                pod = task.pod
+                job.last_start_timestamp = pod.start_time or pod.creation_timestamp
+        else:
+            for pod in pods:
+                tasks.append(make_task(pod, job))
+            all_tasks.extend(tasks)
+            if job.last_start_timestamp is None:
                 job.last_start_timestamp = earliest(
                     [
                         t.pod.start_time or t.pod.creation_timestamp
@@ -168,9 +175,10 @@ def build_state(
         if invalid:
             job.invalid_reason = invalid
         elif job.invalid_reason is None:  # a pod's bad GPU annotation may have set it
-            if queue not in queue_problems:
-                queue_problems[queue] = _queue_problem(queue, queues)
-            job.invalid_reason = queue_problems[queue]
+            problem = queue_problems.get(queue, _UNSEEN)
+            if problem is _UNSEEN:
+                problem = queue_problems[queue] = _queue_problem(queue, queues)
+            job.invalid_reason = problem
         jobs[f"{namespace}/{name}"] = job
         return job
 
@@ -296,85 +304,116 @@ def _owner_index(others: list[GenericObject]) -> dict[str, dict]:
     return {"uid": by_uid, "name": by_name}
 
 
-def _request_vector(state: ClusterState, requests: dict[str, float]) -> np.ndarray:
-    """The pod's request vector (one ``pods`` unit included).
-
-    Pods of one workload ask for the same resources, so vectors are shared between
-    them; they are read-only so that sharing stays safe.
-    """
-    key = tuple(requests.items())
-    vec = state.request_vectors.get(key)
-    if vec is None:
-        vec = state.resources.vector(requests)
-        vec[PODS] = 1.0
-        vec.flags.writeable = False
-        state.request_vectors[key] = vec
-    return vec
+_UNSEEN = object()
 
 
 def _pod_name(pod: PodObject) -> str:
     return pod.name
 
 
-def _make_task(state: ClusterState, pod: PodObject, job: Job | None) -> Task:
-    request = _request_vector(state, pod.requests)
+class _TaskMaker:
+    """Makes the tasks of one state: ``maker(pod, job)``.
+
+    Pods of one workload ask for the same resources, so request vectors are shared
+    between them; they are read-only so that sharing stays safe.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.vectors = state.request_vectors
+        self.node_index = state.nodes.index
+
+    def request_vector(self, requests: dict[str, float]) -> np.ndarray:
+        """The pod's request vector (one ``pods`` unit included)."""
+        key = tuple(requests.items())
+        vec = self.vectors.get(key)
+        if vec is None:
+            vec = self.state.resources.vector(requests)
+            vec[PODS] = 1.0
+            vec.flags.writeable = False
+            self.vectors[key] = vec
+        return vec
+
+    def __call__(self, pod: PodObject, job: Job | None) -> Task:
+        key = tuple(pod.requests.items())
+        request = self.vectors.get(key)
+        if request is None:
+            request = self.request_vector(pod.requests)
+        phase = pod.phase
+        node = -1
+        if pod.deletion_timestamp is not None:
+            status = pod_status(pod)
+        elif phase == "Running":
+            status = TaskStatus.RUNNING  # pod_status's common cases, without the call
+        elif phase == "Pending" and not pod.node_name and not pod.scheduling_gates:
+            status = TaskStatus.PENDING
+        else:
+            status = pod_status(pod)
+        if pod.node_name is not None and status in ON_NODE:
+            node = self.node_index.get(pod.node_name, -1)
+            if node < 0:
+                self.state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
+        annotations = pod.annotations
+        if GPU_FRACTION_ANNOTATION in annotations or GPU_MEMORY_ANNOTATION in annotations:
+            return _shared_gpu_task(pod, job, request, status, node)
+        # Positional (uid, name, namespace, job, request, status, pod, node, gpu_fraction,
+        # gpu_memory_mib, gpu_group, creation_timestamp): cheaper for 100k pods.
+        return Task(
+            pod.uid or pod.key,
+            pod.name,
+            pod.namespace,
+            job,  # type: ignore[arg-type]
+            request,
+            status,
+            pod,
+            node,
+            0.0,
+            0.0,
+            None,
+            pod.creation_timestamp,
+        )
+
+
+def _shared_gpu_task(
+    pod: PodObject, job: Job | None, request: np.ndarray, status: TaskStatus, node: int
+) -> Task:
+    """A task of a pod that asks for a fraction of a GPU or for GPU memory."""
     annotations = pod.annotations
-    phase = pod.phase
-    if pod.deletion_timestamp is None and phase == "Running":
-        status = TaskStatus.RUNNING  # pod_status's common cases, without the call
-    elif (
-        pod.deletion_timestamp is None
-        and phase == "Pending"
-        and not pod.node_name
-        and not pod.scheduling_gates
-    ):
-        status = TaskStatus.PENDING
-    else:
-        status = pod_status(pod)
-    node = -1
-    if pod.node_name is not None and status in ON_NODE:
-        node = state.nodes.index.get(pod.node_name, -1)
-        if node < 0:
-            state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
     fraction = 0.0
     memory_mib = 0.0
     gpu_group = None
-    # Most pods share no GPU and skip the annotation checks.
-    if GPU_FRACTION_ANNOTATION in annotations or GPU_MEMORY_ANNOTATION in annotations:
-        raw_fraction = annotations.get(GPU_FRACTION_ANNOTATION)
-        raw_memory = annotations.get(GPU_MEMORY_ANNOTATION)
-        if raw_fraction:
-            try:
-                fraction = float(raw_fraction)
-            except ValueError:
-                fraction = 0.0
-            if not 0 < fraction <= 1:
-                if job is not None:
-                    job.invalid_reason = (
-                        f"pod {pod.key}: annotation {GPU_FRACTION_ANNOTATION}={raw_fraction!r} "
-                        "is not a number in (0, 1]"
-                    )
-                fraction = 0.0
-        elif raw_memory:
-            try:
-                memory_mib = float(raw_memory)
-            except ValueError:
-                memory_mib = 0.0
-            if memory_mib <= 0 and job is not None:
-                job.invalid_reason = (
-                    f"pod {pod.key}: annotation {GPU_MEMORY_ANNOTATION}={raw_memory!r} "
-                    "is not a positive number of MiB"
-                )
-        if fraction >= 1.0:  # a whole device is an ordinary GPU request
-            request = request.copy()
-            request[GPU] = max(request[GPU], 1.0)
+    raw_fraction = annotations.get(GPU_FRACTION_ANNOTATION)
+    raw_memory = annotations.get(GPU_MEMORY_ANNOTATION)
+    if raw_fraction:
+        try:
+            fraction = float(raw_fraction)
+        except ValueError:
             fraction = 0.0
-        elif fraction > 0 or memory_mib > 0:
-            request = request.copy()
-            request[GPU] = 0.0
-            gpu_group = _gpu_group(pod, node)
-    # Positional (uid, name, namespace, job, request, status, pod, node, gpu_fraction,
-    # gpu_memory_mib, gpu_group, creation_timestamp): cheaper for 100k pods.
+        if not 0 < fraction <= 1:
+            if job is not None:
+                job.invalid_reason = (
+                    f"pod {pod.key}: annotation {GPU_FRACTION_ANNOTATION}={raw_fraction!r} "
+                    "is not a number in (0, 1]"
+                )
+            fraction = 0.0
+    elif raw_memory:
+        try:
+            memory_mib = float(raw_memory)
+        except ValueError:
+            memory_mib = 0.0
+        if memory_mib <= 0 and job is not None:
+            job.invalid_reason = (
+                f"pod {pod.key}: annotation {GPU_MEMORY_ANNOTATION}={raw_memory!r} "
+                "is not a positive number of MiB"
+            )
+    if fraction >= 1.0:  # a whole device is an ordinary GPU request
+        request = request.copy()
+        request[GPU] = max(request[GPU], 1.0)
+        fraction = 0.0
+    elif fraction > 0 or memory_mib > 0:
+        request = request.copy()
+        request[GPU] = 0.0
+        gpu_group = _gpu_group(pod, node)
     return Task(
         pod.uid or pod.key,
         pod.name,
@@ -404,7 +443,7 @@ def _gpu_group(pod: PodObject, node: int) -> str | None:
 
 
 def _add_foreign(state: ClusterState, pod: PodObject) -> None:
-    task = _make_task(state, pod, None)
+    task = _TaskMaker(state)(pod, None)
     if task.node >= 0:
         state.foreign_tasks.append(task)
     else:
