@@ -268,6 +268,7 @@ class ClusterBuilder:
     # ------------------------------------------------------------------ objects
     def objects(self) -> ClusterObjects:
         objs = ClusterObjects()
+        shared_requests: dict[tuple, dict[str, float]] = {}
         objs.priority_classes = [PriorityClassObject(n, v) for n, v in PRIORITY_CLASSES.items()]
         for q in self.queues:
             objs.queues.append(
@@ -327,6 +328,8 @@ class ClusterBuilder:
                     annotations["gpu-fraction"] = repr(float(t.gpus))
                 elif t.gpus:
                     requests[GPU] = float(int(t.gpus))
+                # Shared between equal pods, as the loader does.
+                requests = shared_requests.setdefault(tuple(requests.items()), requests)
                 objs.pods.append(
                     PodObject(
                         name=f"{job.name}-{i}",

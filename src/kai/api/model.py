@@ -8,8 +8,10 @@ once; tasks and jobs are small Python objects that point into those matrices.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -133,7 +135,7 @@ class Task:
         return f"Task({self.key}, {self.status.value}, node={self.node})"
 
 
-@dataclass
+@dataclass(slots=True)
 class Job:
     """A pod group: the unit of gang scheduling."""
 
@@ -203,6 +205,12 @@ class Job:
         active.sort(key=_core_key)
         return set(active[: self.min_member])
 
+    def with_tasks(self, tasks: list[Task]) -> Job:
+        """A shallow copy of the job that holds only ``tasks``."""
+        view = Job(*_job_fields(self))
+        view.tasks = list(tasks)
+        return view
+
     def __hash__(self) -> int:
         return id(self)
 
@@ -211,6 +219,10 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job({self.key}, queue={self.queue}, prio={self.priority})"
+
+
+# Every field of a job, in the order Job() takes them (read in one C call).
+_job_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
 
 
 def _task_age_key(task: Task) -> tuple:
@@ -322,11 +334,25 @@ class NodeTable:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.resources = table
         n, r = len(nodes), len(table)
-        self.allocatable = np.zeros((n, r), dtype=np.float64)
-        for i, node in enumerate(nodes):
-            alloc = dict(node.allocatable)
-            alloc.setdefault("pods", 110.0)
-            self.allocatable[i] = table.vector(alloc)
+        # Rows built as Python lists and converted once: nodes of one pool mostly
+        # declare the same resources, so the column lookups are shared per key set.
+        rows: list[list[float]] = []
+        columns: dict[tuple[str, ...], list[int | None]] = {}
+        zero = [0.0] * r
+        pods_col = table.index["pods"]
+        for node in nodes:
+            alloc = node.allocatable
+            names = tuple(alloc)
+            cols = columns.get(names)
+            if cols is None:
+                cols = columns[names] = [table.index.get(name) for name in names]
+            row = zero.copy()
+            row[pods_col] = 110.0  # the kubelet's default pod capacity
+            for col, value in zip(cols, alloc.values()):
+                if col is not None:
+                    row[col] = value
+            rows.append(row)
+        self.allocatable = np.array(rows, dtype=np.float64).reshape(n, r)
         self.idle = self.allocatable.copy()
         self.releasing = np.zeros((n, r), dtype=np.float64)
         self.used = np.zeros((n, r), dtype=np.float64)

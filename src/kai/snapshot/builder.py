@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from operator import attrgetter
 
 import numpy as np
 
@@ -61,8 +62,20 @@ def build_state(
 
     state = ClusterState(resources=table, nodes=nodes, tasks=[], jobs={}, queues=queues)
     state.node_metrics = {m.name: m for m in objects.node_metrics}
-    pod_groups = {(pg.namespace, pg.name): pg for pg in objects.pod_groups}
-    members: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
+    # Pod groups in job order, each with the list its pods are collected into.  Pods
+    # find their group through per-namespace maps of names (string keys hash once).
+    by_namespace: dict[str, dict[str, PodGroupObject]] = defaultdict(dict)
+    for pg in objects.pod_groups:
+        by_namespace[pg.namespace][pg.name] = pg
+    ordered_groups: list[PodGroupObject] = []
+    slots: dict[str, dict[str, int]] = {}
+    for namespace in sorted(by_namespace):
+        names = sorted(by_namespace[namespace].items())  # unique names: pgs never compared
+        first = len(ordered_groups)
+        slots[namespace] = {name: first + i for i, (name, _) in enumerate(names)}
+        ordered_groups.extend(pg for _, pg in names)
+    members: list[list[PodObject]] = [[] for _ in ordered_groups]
+    no_groups: dict[str, int] = {}
     missing_group: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
     singles: list[PodObject] = []
 
@@ -72,8 +85,11 @@ def build_state(
             continue
         group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
         if group_name:
-            key = (pod.namespace, group_name)
-            (members if key in pod_groups else missing_group)[key].append(pod)
+            i = slots.get(pod.namespace, no_groups).get(group_name)
+            if i is not None:
+                members[i].append(pod)
+            else:
+                missing_group[(pod.namespace, group_name)].append(pod)
         else:
             singles.append(pod)
 
@@ -106,7 +122,10 @@ def build_state(
                 if QUEUE_LABEL in p.labels:
                     queue = p.labels[QUEUE_LABEL]
                     break
-        priority = priority_of(pg, pods)
+        if pg is not None and pg.priority_class_name in priorities:
+            priority = priorities[pg.priority_class_name]  # priority_of's first rule
+        else:
+            priority = priority_of(pg, pods)
         pre = resolve_preemptibility(pg, pods, priority, lookup)
         created = pg.creation_timestamp if pg is not None else None
         if created is None:
@@ -182,18 +201,10 @@ def build_state(
         jobs[f"{namespace}/{name}"] = job
         return job
 
-    for key in sorted(pod_groups):
-        pg = pod_groups[key]
+    for pg, pods in zip(ordered_groups, members):
         min_member = 1 if pg.min_member is None else pg.min_member
         # KAI identifies a job by its PodGroup name; it breaks ordering ties.
-        make_job(
-            pg.name,
-            pg.name,
-            pg.namespace,
-            pg,
-            members.get(key, []),
-            min_member,
-        )
+        make_job(pg.name, pg.name, pg.namespace, pg, pods, min_member)
     for key in sorted(missing_group):
         namespace, name = key
         make_job(
@@ -253,9 +264,10 @@ def _resource_table(objects: ClusterObjects) -> ResourceTable:
     declared: set[str] = set()
     for node in objects.nodes:
         declared.update(node.allocatable)
+    requested = set().union(*map(attrgetter("requests"), objects.pods))
     extended = {
         name
-        for name in declared.union(*(p.requests.keys() for p in objects.pods))
+        for name in declared | requested
         if ResourceTable.schedulable_resource(name, declared)
     }
     return ResourceTable(extended)
@@ -322,6 +334,9 @@ class _TaskMaker:
         self.state = state
         self.vectors = state.request_vectors
         self.node_index = state.nodes.index
+        # The vector of each requests map seen (the loader shares equal maps between
+        # pods): keyed by identity, valid while the pods, and so the maps, are alive.
+        self.by_map: dict[int, np.ndarray] = {}
 
     def request_vector(self, requests: dict[str, float]) -> np.ndarray:
         """The pod's request vector (one ``pods`` unit included)."""
@@ -335,10 +350,9 @@ class _TaskMaker:
         return vec
 
     def __call__(self, pod: PodObject, job: Job | None) -> Task:
-        key = tuple(pod.requests.items())
-        request = self.vectors.get(key)
+        request = self.by_map.get(id(pod.requests))
         if request is None:
-            request = self.request_vector(pod.requests)
+            request = self.by_map[id(pod.requests)] = self.request_vector(pod.requests)
         phase = pod.phase
         node = -1
         if pod.deletion_timestamp is not None:

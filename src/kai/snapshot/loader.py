@@ -917,6 +917,9 @@ class _Builder:
         # (kind key, namespace, name) -> (file, document)
         self._seen: dict[tuple, tuple[str, int | None]] = {}
         self._config_ctx: _Ctx | None = None
+        # Pods of one workload ask for the same resources: they share one requests map
+        # (objects are read-only), which lets a session convert it to a vector once.
+        self._requests: dict[tuple, dict[str, float]] = {}
 
     # -- documents
 
@@ -1015,7 +1018,9 @@ class _Builder:
 
         out = self.out
         if kind == "Pod":
-            out.pods.append(_parse_pod(ctx, obj, meta, name, namespace))
+            pod = _parse_pod(ctx, obj, meta, name, namespace)
+            pod.requests = self._requests.setdefault(tuple(pod.requests.items()), pod.requests)
+            out.pods.append(pod)
         elif kind == "Node":
             out.nodes.append(_parse_node(ctx, obj, meta, name))
         elif kind == "PodGroup":

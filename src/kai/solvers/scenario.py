@@ -183,12 +183,7 @@ def tasks_to_evict(ssn: Session, view: Job) -> tuple[list[Task], bool]:
 
 def job_view(job: Job, tasks: list[Task]) -> Job:
     """A shallow copy of ``job`` holding only ``tasks`` (victim-queue bookkeeping)."""
-    cls = type(job)
-    view = cls.__new__(cls)
-    state = job.__dict__.copy()  # what copy.copy does for a plain class, without the protocol
-    state["tasks"] = list(tasks)
-    view.__dict__.update(state)
-    return view
+    return job.with_tasks(tasks)
 
 
 class AccumulatedState:
