@@ -114,6 +114,10 @@ class Loop {
   i64 nb_ = 0, words_ = 0;
   std::vector<u64> bits_;
   std::vector<i64> bucket_;
+  // Per bucket: how many nodes it holds, and a word below which it has no node (a
+  // lower bound, raised by scans): a filling cluster leaves most buckets empty or
+  // sparse, and scans skip those without reading their words.
+  std::vector<i64> bucket_size_, bucket_low_;
   // failure-count cache
   i64 version_ = 0;
   i64 fc_version_ = -1, fc_sig_ = -1;
@@ -182,11 +186,24 @@ class Loop {
     words_ = (N + 63) / 64;
     bits_.assign(static_cast<std::size_t>(nb_ * words_), 0);
     bucket_.assign(static_cast<std::size_t>(N), -1);
+    bucket_size_.assign(static_cast<std::size_t>(nb_), 0);
+    bucket_low_.assign(static_cast<std::size_t>(nb_), words_);
     for (i64 n = 0; n < N; ++n) {
       const i64 b = static_cast<i64>(idle(n)[g] + rel(n)[g]);
       bucket_[n] = b;
-      bits_[b * words_ + n / 64] |= u64{1} << (n % 64);
+      set_bit(b, n);
     }
+  }
+
+  void set_bit(i64 b, i64 n) {
+    bits_[b * words_ + n / 64] |= u64{1} << (n % 64);
+    bucket_size_[b] += 1;
+    if (n / 64 < bucket_low_[b]) bucket_low_[b] = n / 64;
+  }
+
+  void clear_bit(i64 b, i64 n) {
+    bits_[b * words_ + n / 64] &= ~(u64{1} << (n % 64));
+    bucket_size_[b] -= 1;
   }
 
   // Keep the index in step with node n's free GPUs (or turn it off).
@@ -202,8 +219,8 @@ class Loop {
     const i64 b = static_cast<i64>(na);
     const i64 old = bucket_[n];
     if (b == old) return;
-    bits_[old * words_ + n / 64] &= ~(u64{1} << (n % 64));
-    bits_[b * words_ + n / 64] |= u64{1} << (n % 64);
+    clear_bit(old, n);
+    set_bit(b, n);
     bucket_[n] = b;
   }
 
@@ -544,8 +561,12 @@ class Loop {
     if (index_on_ && g > 0 && g == std::floor(g) && in_.task_nom[t] < 0) {
       const i64 start = static_cast<i64>(g);
       for (i64 b = start; b < nb_; ++b) {
+        if (bucket_size_[b] == 0) continue;
         const u64* w = bits_.data() + b * words_;
-        for (i64 k = 0; k < words_; ++k) {
+        i64 k = bucket_low_[b];
+        while (k < words_ && w[k] == 0) ++k;
+        bucket_low_[b] = k;  // the words below k hold no node of this bucket
+        for (; k < words_; ++k) {
           u64 word = w[k];
           while (word) {
             const int bit = __builtin_ctzll(word);

@@ -277,10 +277,7 @@ def _format_time(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-_STATUS_OF = {p: {"preemptibility": p} for p in ("preemptible", "non-preemptible")}
-
-
-def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
+def _job_result(key: str, job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
     tasks = job.tasks
     fit_errors = job.fit_errors
     if len(tasks) == 1:
@@ -320,10 +317,10 @@ def _job_result(job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
     if preemptibility == SEMI_PREEMPTIBLE:
         status_out = published_status(job)
     else:
-        status_out = _STATUS_OF[preemptibility].copy()
+        status_out = {"preemptibility": preemptibility}
     # The job's lists are handed over: the session is released after collection.
     return PodGroupResult(
-        f"{job.namespace}/{job.name}",
+        key,
         job.queue,
         job.preemptible,
         preemptibility,
@@ -383,7 +380,7 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     )
     pods = {key: PodResult(status, node) for key, status, node in rows}
     jobs = ssn.jobs
-    groups = {key: _job_result(jobs[key], formatted) for key in sorted(jobs)}
+    groups = {key: _job_result(key, jobs[key], formatted) for key in sorted(jobs)}
     queues = {}
     for name in sorted(ssn.queues):
         fair = ssn.queue_info("queue_fair_share", name) or {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -68,14 +68,15 @@ def build_state(
     for pg in objects.pod_groups:
         by_namespace[pg.namespace][pg.name] = pg
     ordered_groups: list[PodGroupObject] = []
-    slots: dict[str, dict[str, int]] = {}
+    members: list[list[PodObject]] = []
+    lists: dict[str, dict[str, list[PodObject]]] = {}  # namespace -> name -> pods
     for namespace in sorted(by_namespace):
-        names = sorted(by_namespace[namespace].items())  # unique names: pgs never compared
-        first = len(ordered_groups)
-        slots[namespace] = {name: first + i for i, (name, _) in enumerate(names)}
-        ordered_groups.extend(pg for _, pg in names)
-    members: list[list[PodObject]] = [[] for _ in ordered_groups]
-    no_groups: dict[str, int] = {}
+        items = sorted(by_namespace[namespace].items())  # unique names: pgs never compared
+        ordered_groups.extend(map(itemgetter(1), items))
+        pods_of = [[] for _ in items]
+        members.extend(pods_of)
+        lists[namespace] = dict(zip(map(itemgetter(0), items), pods_of))
+    no_groups: dict[str, list[PodObject]] = {}
     missing_group: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
     singles: list[PodObject] = []
 
@@ -85,9 +86,9 @@ def build_state(
             continue
         group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
         if group_name:
-            i = slots.get(pod.namespace, no_groups).get(group_name)
-            if i is not None:
-                members[i].append(pod)
+            pods_of_group = lists.get(pod.namespace, no_groups).get(group_name)
+            if pods_of_group is not None:
+                pods_of_group.append(pod)
             else:
                 missing_group[(pod.namespace, group_name)].append(pod)
         else:
@@ -266,9 +267,7 @@ def _resource_table(objects: ClusterObjects) -> ResourceTable:
         declared.update(node.allocatable)
     requested = set().union(*map(attrgetter("requests"), objects.pods))
     extended = {
-        name
-        for name in declared | requested
-        if ResourceTable.schedulable_resource(name, declared)
+        name for name in declared | requested if ResourceTable.schedulable_resource(name, declared)
     }
     return ResourceTable(extended)
 
