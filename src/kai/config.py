@@ -77,6 +77,20 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = tuple(
 )
 
 
+def check_action_names(names: Sequence[str]) -> None:
+    """Raise a ConfigError for the first name that is not a registered action."""
+    from kai.actions import action_names
+
+    known = action_names()
+    for name in names:
+        if name not in known:
+            raise ConfigError(
+                f"unknown action {name!r} (known: {', '.join(sorted(known))})",
+                obj="SchedulerConfiguration",
+                field="actions",
+            )
+
+
 @dataclass
 class SchedulerConfig:
     actions: list[str]
@@ -105,13 +119,7 @@ class SchedulerConfig:
             chosen = list(obj.actions)
         else:
             chosen = [a for a in KAI_DEFAULT_ACTIONS if a in known]
-        for name in chosen:
-            if name not in known:
-                raise ConfigError(
-                    f"unknown action {name!r} (known: {', '.join(sorted(known))})",
-                    obj="SchedulerConfiguration",
-                    field="actions",
-                )
+        check_action_names(chosen)
         if obj is not None and obj.tiers:
             tiers = [list(t) for t in obj.tiers]
         else:

@@ -18,7 +18,7 @@ from kai.api.errors import InputError
 from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, published_status
-from kai.config import SchedulerConfig
+from kai.config import SchedulerConfig, check_action_names
 from kai.framework.session import Session
 from kai.snapshot.builder import build_state
 from kai.snapshot.partition import partition
@@ -32,6 +32,17 @@ class Snapshot:
 
     def __init__(self, objects: ClusterObjects) -> None:
         self.objects = objects
+        # Parsed scheduler configurations by the actions asked for (None: the
+        # configured ones): the snapshot's configuration object never changes.
+        self._configs: dict[tuple[str, ...] | None, SchedulerConfig] = {}
+
+    def scheduler_config(self, actions: Sequence[str] | None = None) -> SchedulerConfig:
+        """The snapshot's scheduler configuration (KAI's defaults where it has none)."""
+        key = None if actions is None else tuple(actions)
+        config = self._configs.get(key)
+        if config is None:
+            config = self._configs[key] = SchedulerConfig.from_object(self.config, actions=actions)
+        return config
 
     @classmethod
     def from_files(cls, paths: Sequence[str]) -> Snapshot:
@@ -183,11 +194,13 @@ def run_session(
     results merged.  ``node_pool`` runs the session of that pool alone ("" is the
     pool of the objects without the label).
     """
-    if not isinstance(config, SchedulerConfig):
-        config = SchedulerConfig.from_object(config or snapshot.config, actions=actions)
+    if config is None:
+        config = snapshot.scheduler_config(actions)
+    elif not isinstance(config, SchedulerConfig):
+        config = SchedulerConfig.from_object(config, actions=actions)
     elif actions is not None:
+        check_action_names(actions)
         config = dataclasses.replace(config, actions=list(actions))
-        SchedulerConfig.from_object(None, actions=actions)  # validates the names
     clock = parse_now(now)
     pools = partition(snapshot.objects)
     if node_pool is not None:

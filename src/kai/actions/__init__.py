@@ -31,12 +31,21 @@ def action_names() -> list[str]:
     return sorted(_ACTIONS)
 
 
-def _load_builtins() -> None:
-    from kai.actions import allocate, backfill  # noqa: F401
+_builtins_loaded = False
 
-    for optional in ("reclaim", "preempt", "consolidation", "stalegangeviction"):
-        try:
-            __import__(f"kai.actions.{optional}")
-        except ModuleNotFoundError as err:
-            if err.name != f"kai.actions.{optional}":
-                raise
+
+def _load_builtins() -> None:
+    # Importing the action modules registers them; once per process.
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    from kai.actions import (  # noqa: F401
+        allocate,
+        backfill,
+        consolidation,
+        preempt,
+        reclaim,
+        stalegangeviction,
+    )
+
+    _builtins_loaded = True

@@ -36,6 +36,9 @@ def job_unready_reason(job: Job) -> str | None:
     return None
 
 
+_PENDING_AT_START = "kai.jobs-with-pending-tasks"
+
+
 def schedulable_jobs(
     ssn: Session,
     *,
@@ -43,11 +46,21 @@ def schedulable_jobs(
     preemptible_only: bool = False,
     check_preemption_delay: bool = False,
 ) -> list[Job]:
-    """Jobs an action may try, in no particular order, with the usual filters."""
+    """Jobs an action may try, in no particular order, with the usual filters.
+
+    No task becomes pending during a session (a rolled-back allocation returns a task
+    that was pending at the start), so the jobs with a pending task at the first call
+    are kept and later calls (one per action) look only at those; an invalid job's
+    reason is recorded by the first call.
+    """
     out = []
     pending_status = TaskStatus.PENDING
     check_valid = bool(ssn.registered("job_valid"))
-    for job in ssn.jobs.values():
+    with_pending = ssn.cache.get(_PENDING_AT_START)
+    first = with_pending is None
+    if first:
+        with_pending = ssn.cache[_PENDING_AT_START] = []
+    for job in ssn.jobs.values() if first or not pending_only else with_pending:
         if job.invalid_reason:
             ssn.record_fit_error(job, job.invalid_reason)
             continue
@@ -65,6 +78,8 @@ def schedulable_jobs(
                     alive += 1
                     if status is pending_status:
                         has_pending = True
+        if first and has_pending:
+            with_pending.append(job)  # type: ignore[union-attr]
         if pending_only and not has_pending:
             continue
         if alive < job.min_member:

@@ -267,9 +267,11 @@ Q_CPU, Q_MEMORY, Q_GPU = 0, 1, 2
 def queue_arrays(resources: dict[str, QueueResource]) -> tuple[np.ndarray, ...]:
     zero = QueueResource()
     specs = [resources.get(name, zero) for name in QUEUE_RESOURCES]
-    deserved = np.array([s.quota for s in specs], dtype=np.float64)
-    limit = np.array([s.limit for s in specs], dtype=np.float64)
-    weight = np.array([s.over_quota_weight for s in specs], dtype=np.float64)
+    rows = np.array(
+        [[s.quota for s in specs], [s.limit for s in specs], [s.over_quota_weight for s in specs]],
+        dtype=np.float64,
+    )
+    deserved, limit, weight = rows  # rows of one array: one allocation, not three
     return deserved, limit, weight
 
 
