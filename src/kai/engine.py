@@ -383,15 +383,16 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     names = ssn.nodes.names
     pending = TaskStatus.PENDING
     output_status = _OUTPUT_STATUS
-    rows = sorted(
-        (
-            f"{t.namespace}/{t.name}",
+    tasks = ssn.state.all_tasks()
+    keys = [f"{t.namespace}/{t.name}" for t in tasks]
+    results = [
+        PodResult(
             output_status[t.status],
             names[t.node] if t.node >= 0 else (None if t.status is pending else t.pod.node_name),
         )
-        for t in ssn.state.all_tasks()
-    )
-    pods = {key: PodResult(status, node) for key, status, node in rows}
+        for t in tasks
+    ]
+    pods = dict(sorted(zip(keys, results)))  # keys are unique: results never compared
     jobs = ssn.jobs
     groups = {key: _job_result(key, jobs[key], formatted) for key in sorted(jobs)}
     queues = {}

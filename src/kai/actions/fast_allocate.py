@@ -239,10 +239,11 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
             if status in ALLOCATED:
                 allocset += 1
         if len(pending) > 1:
-            if task_keys:
-                pending.sort(key=lambda t: (*(k(t) for k in task_keys), _default_key(t)))
-            else:
-                pending.sort(key=_default_key)
+            # Lexicographic (task_keys..., default) as stable sorts, last key first:
+            # one cheap key call per task and pass instead of a tuple per task.
+            pending.sort(key=_default_key)
+            for key_fn in reversed(task_keys):
+                pending.sort(key=key_fn)
         tasks.extend(pending)
         job_start.append(len(tasks))
         if active or allocset:
