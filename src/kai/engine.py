@@ -19,7 +19,7 @@ from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, published_status
 from kai.config import SchedulerConfig, check_action_names
-from kai.framework.session import Session
+from kai.framework.session import Decision, Session
 from kai.snapshot.builder import build_state
 from kai.snapshot.partition import partition
 
@@ -71,30 +71,9 @@ class Snapshot:
         return build_state(self.objects)
 
 
-@dataclass(slots=True)
-class DecisionRecord:
-    action: str
-    type: str  # bind | pipeline | evict
-    pod: str  # namespace/name
-    node: str | None
-    gpu_groups: list[str] = field(default_factory=list)
-    reason: str | None = None
-    pod_group_annotations: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "action": self.action,
-            "type": self.type,
-            "pod": self.pod,
-            "node": self.node,
-        }
-        if self.type != "evict":
-            out["gpuGroups"] = self.gpu_groups
-        if self.reason is not None:
-            out["reason"] = self.reason
-        if self.pod_group_annotations:
-            out["podGroupAnnotations"] = self.pod_group_annotations
-        return out
+# The decisions of a session's result: the session's own decision records, completed
+# (pod key, pod-group annotations) and detached from the session when it is collected.
+DecisionRecord = Decision
 
 
 @dataclass(slots=True)
@@ -360,26 +339,19 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     handed to the result rather than copied: collect once, then release the session.
     """
     formatted: dict[datetime, str] = {}
-    decisions = []
-    append = decisions.append
-    for d in ssn.decisions:
+    decisions = ssn.decisions
+    for d in decisions:
         task = d.task
-        annotations = {}
+        if task is None:
+            continue  # collected already
+        d.pod = f"{task.namespace}/{task.name}"
         if d.type == "bind":
             job = task.job
             if job is not None and (last_start := job.new_start_timestamp) is not None:
-                annotations[LAST_START_ANNOTATION] = _format_cached(last_start, formatted)
-        append(
-            DecisionRecord(
-                d.action,
-                d.type,
-                f"{task.namespace}/{task.name}",
-                d.node,
-                d.gpu_groups,
-                d.reason,
-                annotations,
-            )
-        )
+                d.pod_group_annotations = {
+                    LAST_START_ANNOTATION: _format_cached(last_start, formatted)
+                }
+        d.task = None  # the result does not keep the session's state alive
     names = ssn.nodes.names
     pending = TaskStatus.PENDING
     output_status = _OUTPUT_STATUS

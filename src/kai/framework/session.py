@@ -42,14 +42,36 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class Decision:
-    """A committed operation that leaves the session."""
+    """A committed operation that leaves the session.
+
+    While the session runs it points at its task; collecting the session's result
+    fills in ``pod`` and ``pod_group_annotations`` and drops the task.
+    """
 
     action: str
     type: str  # bind | pipeline | evict
-    task: Task
+    task: Task | None
     node: str | None
     gpu_groups: list[str] = field(default_factory=list)
     reason: str | None = None
+    pod: str = ""  # namespace/name
+    # What the bind writes into the PodGroup (its last start time).
+    pod_group_annotations: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "action": self.action,
+            "type": self.type,
+            "pod": self.pod,
+            "node": self.node,
+        }
+        if self.type != "evict":
+            out["gpuGroups"] = self.gpu_groups
+        if self.reason is not None:
+            out["reason"] = self.reason
+        if self.pod_group_annotations:
+            out["podGroupAnnotations"] = self.pod_group_annotations
+        return out
 
 
 @dataclass
