@@ -55,8 +55,8 @@ class Decision:
     gpu_groups: list[str] = field(default_factory=list)
     reason: str | None = None
     pod: str = ""  # namespace/name
-    # What the bind writes into the PodGroup (its last start time).
-    pod_group_annotations: dict[str, str] = field(default_factory=dict)
+    # What the bind writes into the PodGroup (its last start time), if anything.
+    pod_group_annotations: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
