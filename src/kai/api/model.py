@@ -89,7 +89,9 @@ ALIVE = frozenset(
 ON_NODE = ACTIVE_USED
 
 
-@dataclass(slots=True)
+# Tasks and jobs are compared and hashed by identity (eq=False keeps object's C-level
+# methods): they live in many sets and dicts on hot paths.
+@dataclass(slots=True, eq=False)
 class Task:
     """One pod as the scheduler sees it."""
 
@@ -125,17 +127,11 @@ class Task:
             self.status is TaskStatus.RELEASING and self.virtually_evicted
         )
 
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
     def __repr__(self) -> str:
         return f"Task({self.key}, {self.status.value}, node={self.node})"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Job:
     """A pod group: the unit of gang scheduling."""
 
@@ -210,12 +206,6 @@ class Job:
         view = Job(*_job_fields(self))
         view.tasks = list(tasks)
         return view
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     def __repr__(self) -> str:
         return f"Job({self.key}, queue={self.queue}, prio={self.priority})"
