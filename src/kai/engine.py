@@ -272,44 +272,41 @@ def _format_time(ts: datetime) -> str:
 def _job_result(key: str, job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
     tasks = job.tasks
     fit_errors = job.fit_errors
+    reason = job.invalid_reason or None
     if len(tasks) == 1:
         # One pod (most jobs of a large cluster): test its status once.
         status = tasks[0].status
         scheduled = status in _SCHEDULED and job.min_member <= 1
-        pipelined = status is TaskStatus.PIPELINED
-        idle = status not in ACTIVE_ALLOCATED and status is not TaskStatus.PENDING
-    else:
-        needed = max(job.min_member, 1) if tasks else 1
-        # The gang runs (or binds now); elastic pods beyond it may still wait.
-        scheduled = bool(tasks) and job.count(_SCHEDULED) >= needed
-        pipelined = idle = False
-        if not scheduled:
-            pipelined = any(t.status is TaskStatus.PIPELINED for t in tasks)
-            idle = job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending()
-    reason = None
-    if not tasks:
+        if not scheduled and reason is None:
+            if status is TaskStatus.PIPELINED:
+                reason = _PIPELINED_REASON
+            elif fit_errors:
+                reason = fit_errors[0]  # the first action to try it (allocate) says most
+            elif status not in ACTIVE_ALLOCATED and status is not TaskStatus.PENDING:
+                reason = _IDLE_REASON
+            else:
+                reason = _NOT_SCHEDULED_REASON
+    elif not tasks:
+        scheduled = False
         reason = "PodGroup has no pods in the snapshot"
-    elif job.invalid_reason:
-        reason = job.invalid_reason
-    elif not scheduled:
-        if pipelined:
-            reason = "pipelined: waiting for resources that are being released"
-        elif fit_errors:
-            reason = fit_errors[0]  # the first action to try it (allocate) says most
-        elif idle:
-            reason = "no pods to schedule"
-        else:
-            reason = "not scheduled in this session"
+    else:
+        # The gang runs (or binds now); elastic pods beyond it may still wait.
+        scheduled = job.count(_SCHEDULED) >= max(job.min_member, 1)
+        if not scheduled and reason is None:
+            if any(t.status is TaskStatus.PIPELINED for t in tasks):
+                reason = _PIPELINED_REASON
+            elif fit_errors:
+                reason = fit_errors[0]
+            elif job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending():
+                reason = _IDLE_REASON
+            else:
+                reason = _NOT_SCHEDULED_REASON
     annotations = {}
     if job.new_start_timestamp is not None:
         annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
     if job.stale_since_set is not None:
         annotations[STALE_ANNOTATION] = _format_cached(job.stale_since_set, formatted)
     preemptibility = job.preemptibility
-    if preemptibility == SEMI_PREEMPTIBLE:
-        status_out = published_status(job)
-    else:
-        status_out = {"preemptibility": preemptibility}
     # The job's lists are handed over: the session is released after collection.
     return PodGroupResult(
         key,
@@ -321,8 +318,15 @@ def _job_result(key: str, job: Job, formatted: dict[datetime, str]) -> PodGroupR
         fit_errors,
         job.warnings,
         annotations,
-        status_out,
+        published_status(job)
+        if preemptibility == SEMI_PREEMPTIBLE
+        else {"preemptibility": preemptibility},
     )
+
+
+_PIPELINED_REASON = "pipelined: waiting for resources that are being released"
+_IDLE_REASON = "no pods to schedule"
+_NOT_SCHEDULED_REASON = "not scheduled in this session"
 
 
 def _format_cached(ts: datetime, formatted: dict[datetime, str]) -> str:
