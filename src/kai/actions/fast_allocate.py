@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
+from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.api.resources import CPU, GPU, MEMORY
 from kai.framework.session import Decision, Session
 
@@ -210,7 +211,25 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     tasks: list[Task] = []
     job_start = [0]
     counted: list[tuple[int, int, int, int, int]] = []  # jobs with active/allocated tasks
+    # Per-job columns, gathered in the same pass over the jobs.
+    job_leaf: list[int] = []
+    job_min: list[int] = []
+    job_np_mode: list[int] = []
+    job_priority: list[int] = []
+    # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
+    # time.  Timestamps compare as their POSIX seconds (exact to the microsecond), which
+    # is cheaper than comparing timezone-aware datetimes during the sort.
+    default_keys: list[tuple[int, float, str]] = []
     for j, job in enumerate(jobs):
+        queue = job.queue
+        job_leaf.append(-1 if queue is None else qidx.get(queue, -1))
+        job_min.append(job.min_member)
+        job_np_mode.append(
+            2 if job.preemptibility == SEMI_PREEMPTIBLE else (0 if job.preemptible else 1)
+        )
+        job_priority.append(-job.priority)
+        ts = job.creation_timestamp
+        default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts.timestamp(), job.uid))
         job_tasks = job.tasks
         if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
             # The common case: a single pending pod.
@@ -248,12 +267,6 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         job_start.append(len(tasks))
         if active or allocset:
             counted.append((j, active, nonpipe, pipelined, allocset))
-    job_leaf = [-1 if job.queue is None else qidx.get(job.queue, -1) for job in jobs]
-    job_min = [job.min_member for job in jobs]
-    job_np_mode = [
-        2 if job.preemptibility == "semi-preemptible" else (0 if job.preemptible else 1)
-        for job in jobs
-    ]
     job_counts = np.zeros((4, len(jobs)), dtype=np.int64)
     for j, active, nonpipe, pipelined, allocset in counted:
         job_counts[:, j] = (active, nonpipe, pipelined, allocset)
@@ -266,19 +279,10 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     for reg in ssn.registered("job_order"):
         if reg.plugin == "priority":
             kinds.append(0)
-            columns.append(np.fromiter((-job.priority for job in jobs), np.int64, n_jobs))
+            columns.append(np.array(job_priority, dtype=np.int64))
         else:  # elastic: computed by the kernel from the job's active tasks
             kinds.append(1)
             columns.append(np.zeros(n_jobs, dtype=np.int64))
-    # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation time
-    # Timestamps compare as their POSIX seconds (exact to the microsecond), which is
-    # cheaper than comparing timezone-aware datetimes during the sort.
-    default_keys = [
-        (0, ts.timestamp(), job.uid)
-        if (ts := job.creation_timestamp) is not None
-        else (1, 0.0, job.uid)
-        for job in jobs
-    ]
     order = sorted(range(n_jobs), key=default_keys.__getitem__)
     rank = np.empty(n_jobs, dtype=np.int64)
     rank[np.array(order, dtype=np.int64)] = np.arange(n_jobs, dtype=np.int64)
