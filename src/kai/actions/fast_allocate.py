@@ -247,7 +247,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
                 if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
                     return None  # shared GPUs: the slow path
                 pending.append(t)
-            elif t.virtually_evicted:
+                continue  # neither active nor allocated
+            if t.virtually_evicted:
                 return None
             if status in ACTIVE_ALLOCATED:
                 active += 1
