@@ -98,14 +98,19 @@ class PredicatesPlugin(Plugin):
                 affinity_cache[key] = mask
             return mask
 
+        tainted = any(n.taints for n in nodes)
+
         def taint_fn(task: Task, job: Job) -> np.ndarray:
+            if not tainted:
+                return ones
             tolerations = task.pod.tolerations
             key = tuple(tolerations)
             mask = taint_cache.get(key)
             if mask is None:
                 mask = np.array(
                     [
-                        all(
+                        not n.taints  # most nodes: nothing to tolerate
+                        or all(
                             tolerates(tolerations, t.key, t.value, t.effect)
                             for t in n.taints
                             if t.effect in ("NoSchedule", "NoExecute")
