@@ -420,8 +420,6 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
 
 # ------------------------------------------------------------------ replay
 def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
-    from kai.actions.common import describe_failures
-
     nodes = ssn.nodes
     names = nodes.names
     node_tasks = nodes.tasks
@@ -430,65 +428,30 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     decisions = ssn.decisions
     now = ssn.now
     binding, pipelined_status = TaskStatus.BINDING, TaskStatus.PIPELINED
+    # The kernel keeps only committed placements (a failed gang's are truncated), in
+    # attempt order: the decisions come out in the order the slow path makes them.
     pl_task = out["pl_task"].tolist()
-    pl_node = out["pl_node"].tolist()
-    pl_pipe = out["pl_pipe"].tolist()
-    att_kind = out["att_kind"].tolist()
-    att_job = out["att_job"].tolist()
-    att_first = out["att_first"].tolist()
-    att_count = out["att_count"].tolist()
-    att_flags = out["att_flags"].tolist()
-    att_info = att_fail = att_active = None  # read on the first failure
-    problems: dict[tuple, str] = {}  # failure counts -> their description
     append = decisions.append
-    for a, kind in enumerate(att_kind):
-        job = jobs[att_job[a]]
-        if kind == KIND_OK:
-            first = att_first[a]
-            for p in range(first, first + att_count[a]):
-                task = tasks[pl_task[p]]
-                node = pl_node[p]
-                task.node = node
-                node_tasks[node].add(task)
-                if pl_pipe[p]:
-                    task.status = pipelined_status
-                    append(Decision(action, "pipeline", task, names[node], []))
-                else:
-                    task.status = binding
-                    append(Decision(action, "bind", task, names[node], []))
-            if not att_flags[a]:  # not pipelined and nothing was allocated before
-                job.last_start_timestamp = now
-                job.new_start_timestamp = now
-        elif kind == KIND_NO_TASKS:
-            continue
-        elif kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
-            ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
+    for t, node, pipelined in zip(pl_task, out["pl_node"].tolist(), out["pl_pipe"].tolist()):
+        task = tasks[t]
+        task.node = node
+        node_tasks[node].add(task)
+        if pipelined:
+            task.status = pipelined_status
+            append(Decision(action, "pipeline", task, names[node], []))
         else:
-            if att_info is None:
-                att_info = out["att_info"].tolist()
-                att_fail = out["att_fail"].tolist()
-                att_active = out["att_active"].tolist()
-            placed, chunk = att_first[a], att_count[a]
-            task = tasks[att_info[a]]
-            counts = att_fail[a]
-            problem = problems.get(tuple(counts))
-            if problem is None:
-                failures: dict[str, int] = {}
-                if counts[0]:
-                    failures["insufficient resources"] = counts[0]
-                for name, count in zip(plan.predicate_names, counts[1:]):
-                    if count:
-                        failures[name] = failures.get(name, 0) + count
-                problem = problems[tuple(counts)] = describe_failures(failures, len(nodes))
-            if chunk > 1 or job.min_member > 1:
-                needed = job.min_member - att_active[a]
-                message = (
-                    f"Resources were found for {placed} pods while {max(needed, chunk)} are "
-                    f"required for gang scheduling; pod {task.key}: {problem}"
-                )
-            else:
-                message = f"Resources were not found for pod {task.key} due to: {problem}"
-            ssn.record_fit_error(job, message)
+            task.status = binding
+            append(Decision(action, "bind", task, names[node], []))
+    kinds = out["att_kind"]
+    att_job = out["att_job"]
+    # Jobs that start now: placed, not pipelined, and nothing allocated before.
+    for j in att_job[(kinds == KIND_OK) & (out["att_flags"] == 0)].tolist():
+        job = jobs[j]
+        job.last_start_timestamp = now
+        job.new_start_timestamp = now
+    failed = np.flatnonzero(kinds >= KIND_OVER_LIMIT)
+    if failed.size:
+        _record_failures(ssn, plan, out, failed)
     # the accounting as the kernel left it
     nodes.idle[...] = out["idle"]
     nodes.releasing[...] = out["releasing"]
@@ -505,6 +468,49 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
         share.allocated_non_preemptible[...] = q_alloc_np[qi]
         if count:
             versions[name] += count
+
+
+def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.ndarray) -> None:
+    """Record why each failed attempt (in attempt order) did not place its job."""
+    from kai.actions.common import describe_failures
+
+    jobs, tasks = plan.jobs, plan.tasks
+    n_nodes = len(ssn.nodes)
+    problems: dict[tuple, str] = {}  # failure counts -> their description
+    rows = zip(
+        failed.tolist(),
+        out["att_kind"][failed].tolist(),
+        out["att_job"][failed].tolist(),
+        out["att_first"][failed].tolist(),  # for a failure: the pods placed
+        out["att_count"][failed].tolist(),
+        out["att_info"][failed].tolist(),
+        out["att_fail"][failed].tolist(),
+        out["att_active"][failed].tolist(),
+    )
+    for a, kind, j, placed, chunk, info, counts, active in rows:
+        job = jobs[j]
+        if kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
+            ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
+            continue
+        task = tasks[info]
+        problem = problems.get(tuple(counts))
+        if problem is None:
+            failures: dict[str, int] = {}
+            if counts[0]:
+                failures["insufficient resources"] = counts[0]
+            for name, count in zip(plan.predicate_names, counts[1:]):
+                if count:
+                    failures[name] = failures.get(name, 0) + count
+            problem = problems[tuple(counts)] = describe_failures(failures, n_nodes)
+        if chunk > 1 or job.min_member > 1:
+            needed = job.min_member - active
+            message = (
+                f"Resources were found for {placed} pods while {max(needed, chunk)} are "
+                f"required for gang scheduling; pod {task.key}: {problem}"
+            )
+        else:
+            message = f"Resources were not found for pod {task.key} due to: {problem}"
+        ssn.record_fit_error(job, message)
 
 
 def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, kind: int) -> str:
