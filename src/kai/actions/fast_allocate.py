@@ -302,12 +302,16 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     sigs: list[int] = []
     nominated_at: list[tuple[int, int]] = []
     node_index = nodes.index
+    last_request, row = None, -1  # neighbouring tasks mostly share their vector
+    unconstrained = -1  # the constraint set of pods with none, once seen
     for i, t in enumerate(tasks):  # one pass: request rows and constraint sets
         request = t.request
-        row = by_id.get(id(request))
-        if row is None:
-            row = by_id[id(request)] = len(sources)
-            sources.append(request)
+        if request is not last_request:
+            row = by_id.get(id(request), -1)
+            if row < 0:
+                row = by_id[id(request)] = len(sources)
+                sources.append(request)
+            last_request = request
         rows.append(row)
         pod = t.pod
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
@@ -316,11 +320,14 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
                 repr(pod.required_node_affinity),
                 tuple(pod.tolerations),
             )
+            s = sig_index.get(key, -1)
+            if s < 0:
+                s = sig_index[key] = len(sig_tasks)
+                sig_tasks.append(t)
+        elif unconstrained >= 0:
+            s = unconstrained
         else:
-            key = None
-        s = sig_index.get(key)
-        if s is None:
-            s = sig_index[key] = len(sig_tasks)
+            s = unconstrained = sig_index[None] = len(sig_tasks)
             sig_tasks.append(t)
         sigs.append(s)
         nominated = pod.nominated_node_name
