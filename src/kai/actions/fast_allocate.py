@@ -217,9 +217,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     job_np_mode: list[int] = []
     job_priority: list[int] = []
     # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
-    # time.  Timestamps compare as their POSIX seconds (exact to the microsecond), which
-    # is cheaper than comparing timezone-aware datetimes during the sort.
-    default_keys: list[tuple[int, float, str]] = []
+    # time.
+    default_keys: list[tuple] = []
     for j, job in enumerate(jobs):
         queue = job.queue
         job_leaf.append(-1 if queue is None else qidx.get(queue, -1))
@@ -229,7 +228,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         )
         job_priority.append(-job.priority)
         ts = job.creation_timestamp
-        default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts.timestamp(), job.uid))
+        default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
         job_tasks = job.tasks
         if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
             # The common case: a single pending pod.
