@@ -364,7 +364,7 @@ def _accumulated_states(ssn, cands, pending, recorded, limit=60):
                 list(state.node_order),
                 {n: list(v) for n, v in state.victim_nodes.items()},
                 {n: list(v) for n, v in state.freed_on_node.items()},
-                state._freed_total and dict(state._freed_total),
+                None if (t := state.freed_total_array()) is None else t.tolist(),
             )
         )
         if len(out) >= limit:
@@ -372,16 +372,20 @@ def _accumulated_states(ssn, cands, pending, recorded, limit=60):
     return out
 
 
+@pytest.mark.parametrize("run", [64, 1])
 @pytest.mark.parametrize("seed", range(12))
-def test_fast_accumulation_matches_queue_pops(seed: int, monkeypatch) -> None:
-    """The victim leaf read in bulk (cached across probes, recorded victims skipped)
-    yields the same accumulated states as popping the victim queue one job at a time."""
+def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) -> None:
+    """The victim leaf read in bulk (cached across probes, recorded victims skipped,
+    runs of ``run`` or more simple steps added at once) yields the same accumulated
+    states as popping the victim queue one job at a time."""
     from kai import bench_clusters as gen
     from kai.actions.common import tasks_to_allocate
     from kai.api.model import ACTIVE_ALLOCATED
     from kai.engine import Snapshot
+    from kai.solvers import scenario
     from kai.solvers.victims import PoolVictimQueue, VictimPool
 
+    monkeypatch.setattr(scenario, "_BULK_STEPS", run)
     rng = np.random.default_rng(seed)
     if seed % 3 == 0:
         snap = _one_leaf_gangs(rng)
@@ -466,3 +470,88 @@ def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch)
             emitted += len(bounded)
     assert emitted > 0
     assert skipped > 0 or seed % 2 == 0  # the large job's probes do skip states
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_placement_bound_shares_recorded_part(seed: int) -> None:
+    """The placement pre-check over a probe's scenarios (recorded victims counted once)
+    agrees with checking each scenario from scratch."""
+    from kai import bench_clusters as gen
+    from kai.actions.common import tasks_to_allocate
+    from kai.api.model import ACTIVE_ALLOCATED
+    from kai.engine import Snapshot
+    from kai.solvers import generators
+    from kai.solvers.job_solver import _PlacementBound, feasible_nodes
+    from kai.solvers.scenario import Scenario
+    from kai.solvers.victims import VictimPool
+
+    rng = np.random.default_rng(seed)
+    if seed % 3 == 0:
+        snap = _one_leaf_gangs(rng)
+    elif seed % 3 == 1:
+        snap = Snapshot(gen.kai_reclaim_large_jobs(6 + seed).objects())
+    else:
+        snap = Snapshot(gen.random_cluster(seed, nodes=10, jobs=40).objects())
+    ssn = _session(snap)
+    pool = VictimPool.for_session(ssn)
+    assert pool is not None
+    running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+    checked = fits = 0
+    for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
+        tasks = tasks_to_allocate(ssn, preemptor)
+        for k in range(1, len(tasks) + 1):
+            picked = rng.choice(len(running), size=int(rng.integers(0, 8)), replace=False)
+            recorded = [running[i] for i in sorted(picked)]
+            within = feasible_nodes(ssn, tasks)
+            for t in recorded:
+                within[t.node] = True
+            shared = _PlacementBound(ssn, tasks[:k], within, recorded)
+            fresh = _PlacementBound(ssn, tasks[:k], within, [])
+            for name in ("NodeLocalGreedy", "MultiNodeGang"):
+                cands = pool.candidates(lambda job, p=preemptor: job is not p)
+                gen_ = generators.GENERATORS[name](
+                    ssn, preemptor, tasks[:k], recorded, cands, within
+                )
+                for _, sc in zip(range(200), gen_):
+                    alone = Scenario(sc.preemptor, sc.pending, list(sc.recorded), sc.batches)
+                    ok = shared.may_fit(sc)
+                    assert ok == fresh.may_fit(alone)
+                    checked += 1
+                    fits += ok
+    assert 0 < fits < checked or seed % 3 == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3, 5, 6])
+def test_reclaim_validator_matrix_matches_chunk_loop(seed: int, monkeypatch) -> None:
+    """The reclaim scenario validator gives the same answers whether a victim queue's
+    chunks are checked one by one or as one matrix."""
+    from kai import bench_clusters as gen
+    from kai.actions.common import tasks_to_allocate
+    from kai.api.model import ACTIVE_ALLOCATED
+    from kai.engine import Snapshot
+    from kai.plugins import reclaim_rules
+
+    rng = np.random.default_rng(seed)
+    if seed % 2:
+        snap = Snapshot(gen.kai_reclaim_large_jobs(6 + seed).objects())
+    else:
+        snap = Snapshot(gen.random_cluster(seed, nodes=12, jobs=60).objects())
+    ssn = _session(snap)
+    rules = ssn.cache["proportion"].reclaim_rules
+    running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+    pending = [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)]
+    assert running and pending
+    answers = set()
+    for _ in range(60):
+        job = pending[int(rng.integers(len(pending)))]
+        size = int(rng.integers(1, len(running) + 1))
+        victims = [running[i] for i in rng.choice(len(running), size=size, replace=False)]
+        jobs = list(dict.fromkeys(t.job for t in victims))
+        got = []
+        for few in (0, 10**9):
+            monkeypatch.setattr(reclaim_rules, "_FEW_CHUNKS", few)
+            rules.on_job_solution_start()
+            got.append(rules.reclaimable(job, jobs, victims))
+        assert got[0] == got[1]
+        answers.add(got[0])
+    assert answers == ({True} if seed % 2 else {True, False})

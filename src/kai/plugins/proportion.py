@@ -42,6 +42,8 @@ from kai.api.resources import CPU, GPU, MEMORY
 from kai.framework import EventHandler, Plugin, Session, register_plugin
 
 UNLIMITED = -1.0
+#: The task resource columns of a queue vector ([cpu, memory, gpu]).
+QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
 
 
 @dataclass
@@ -136,6 +138,8 @@ class ProportionPlugin(Plugin):
         )
         self.saturation_multiplier = max(1.0, self.arg_float(key, 1.0))
         self.shares: dict[str, QueueShare] = {}
+        self._share_paths: dict[str | None, list[QueueShare]] = {}
+        self._limited_paths: dict[str | None, list[QueueShare]] = {}
 
     # ------------------------------------------------------------------ setup
     def on_session_open(self, ssn: Session) -> None:
@@ -296,25 +300,44 @@ class ProportionPlugin(Plugin):
         """The queue and its ancestors, leaf first."""
         return queue_path(self.shares, queue)[::-1]
 
-    def _charge(
-        self,
-        job: Job,
-        vec: np.ndarray,
-        sign: int,
-        *,
-        request_too: bool = False,
-        non_preemptible: bool | None = None,
-    ) -> None:
-        # Semi-preemptible jobs: only the core (up to minMember) is non-preemptible.
-        if non_preemptible is None:
-            non_preemptible = not job.preemptible
-        for name in self.ancestors(job.queue):
-            share = self.shares[name]
-            share.allocated += sign * vec
-            if request_too:
-                share.request += sign * vec
+    def _share_path(self, queue: str | None) -> list[QueueShare] | None:
+        """The shares of ``queue`` and its ancestors, leaf first (None if unknown).
+
+        Cached: the queue tree and its share objects are fixed once the session opened.
+        """
+        path = self._share_paths.get(queue)
+        if path is None:
+            if queue not in self.shares:
+                return None
+            path = self._share_paths[queue] = [self.shares[n] for n in self.ancestors(queue)]
+        return path
+
+    def _charge(self, task: Task, sign: int) -> None:
+        """An allocate (+1) or deallocate (-1) event of ``task``: its queue vector is
+        added to (subtracted from) its queue and every ancestor.
+
+        Semi-preemptible jobs: only the core (up to minMember) is non-preemptible.
+        """
+        job = task.job
+        if job is None:
+            return
+        path = self._share_path(job.queue)
+        if path is None:
+            return
+        if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+            vec = queue_vector(self.ssn, task)
+        else:
+            vec = task.request[QUEUE_COLUMNS]  # what queue_vector gives, in one step
+        if job.preemptibility == SEMI_PREEMPTIBLE:
+            non_preemptible = counts_as_non_preemptible(task)
+        else:
+            non_preemptible = not job.preemptible  # what it gives for other jobs
+        # ``share += sign * vec`` for sign -1 is ``share -= vec``, bit for bit
+        op = np.add if sign > 0 else np.subtract
+        for share in path:
+            op(share.allocated, vec, out=share.allocated)
             if non_preemptible:
-                share.allocated_non_preemptible += sign * vec
+                op(share.allocated_non_preemptible, vec, out=share.allocated_non_preemptible)
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
         nodes = ssn.nodes
@@ -363,18 +386,10 @@ class ProportionPlugin(Plugin):
 
     # ----------------------------------------------------------- accounting
     def _on_allocate(self, event) -> None:
-        task = event.task
-        job = task.job
-        if job is not None and job.queue in self.shares:
-            vec = queue_vector(self.ssn, task)
-            self._charge(job, vec, +1, non_preemptible=counts_as_non_preemptible(task))
+        self._charge(event.task, +1)
 
     def _on_deallocate(self, event) -> None:
-        task = event.task
-        job = task.job
-        if job is not None and job.queue in self.shares:
-            vec = queue_vector(self.ssn, task)
-            self._charge(job, vec, -1, non_preemptible=counts_as_non_preemptible(task))
+        self._charge(event.task, -1)
 
     def request_of(self, tasks: list[Task], *, conservative: bool = False) -> np.ndarray:
         """Summed [cpu, memory, gpu] of tasks not yet placed."""
@@ -492,9 +507,12 @@ class ProportionPlugin(Plugin):
     def job_over_capacity(self, job: Job, tasks: list[Task]) -> str | None:
         if job.queue not in self.shares:
             return None
+        limited = self._limited_path(job.queue)
+        if not limited:
+            return self.non_preemptible_over_quota(job, tasks)
         request = self.request_of(tasks, conservative=True)
-        for name in self.ancestors(job.queue):
-            share = self.shares[name]
+        for share in limited:
+            name = share.name
             over = (
                 (share.limit != UNLIMITED)
                 & (request > 0)
@@ -505,6 +523,16 @@ class ProportionPlugin(Plugin):
                     "OverLimit", name, over, share.limit, share.allocated, request, "limit"
                 )
         return self.non_preemptible_over_quota(job, tasks)
+
+    def _limited_path(self, queue: str | None) -> list[QueueShare]:
+        """The shares of ``queue`` and its ancestors (leaf first) with some limit: no
+        other one can be over its limit."""
+        limited = self._limited_paths.get(queue)
+        if limited is None:
+            path = self._share_path(queue) or []
+            limited = [s for s in path if np.any(s.limit != UNLIMITED)]
+            self._limited_paths[queue] = limited
+        return limited
 
     def non_preemptible_over_quota(self, job: Job, tasks: list[Task]) -> str | None:
         tasks = non_preemptible_part(job, tasks)  # semi-preemptible: the core only

@@ -38,6 +38,11 @@ def _le(value: np.ndarray, bound: np.ndarray) -> bool:
     return bool(np.all((bound == UNLIMITED) | (value <= bound + EPS)))
 
 
+def _le_rows(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """:func:`_le` of each row of ``values``."""
+    return np.all((bound == UNLIMITED) | (values <= bound + EPS), axis=1)
+
+
 def fits_maintain_fair_share(reclaimee: QueueShare, remaining: np.ndarray) -> bool:
     """The reclaimee would still hold more than its allocatable share somewhere."""
     return not _le(remaining, reclaimee.allocatable_share())
@@ -69,9 +74,9 @@ def saturation(allocated: float, fair_share: float) -> float:
     return allocated / fair_share
 
 
-def _involved(vectors: list[np.ndarray]) -> set[int]:
-    """The resources some vector of ``vectors`` is positive in."""
-    if not vectors:
+def _involved(vectors: list[np.ndarray] | np.ndarray) -> set[int]:
+    """The resources some vector of ``vectors`` (or row of a matrix) is positive in."""
+    if not len(vectors):
         return set()
     if len(vectors) == 1:
         return {int(r) for r in np.flatnonzero(vectors[0] > 0)}
@@ -86,6 +91,8 @@ class ReclaimRules:
         # Queue state as it was when the current job's solution search started.
         self.frozen: dict[str, QueueShare] | None = None
         self._request_memo: tuple[Job, tuple[int, int], np.ndarray] | None = None
+        self._leveled: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+        self._victim_memo: dict[tuple[Job, str, str], tuple[tuple[int, ...], bool]] = {}
 
     # ----------------------------------------------------------------- helpers
     def _shares(self) -> dict[str, QueueShare]:
@@ -142,13 +149,34 @@ class ReclaimRules:
         return _le(share.allocated_non_preemptible + request, share.deserved)
 
     def filter_victim(self, reclaimer: Job, victim: Job) -> bool:
+        """Whether ``victim`` may be reclaimed from (which only depends on the two queues
+        compared and the reclaimer's request).
+
+        Remembered per (reclaimer, compared queues) while neither queue's version (bumped
+        by every allocate or deallocate event below it, so also by any change of the
+        reclaimer's tasks) nor the number of decisions changed.
+        """
         shares = self.plugin.shares
         if reclaimer.queue not in shares or victim.queue not in shares:
             return True
-        lr, lv = self.leveled(shares, reclaimer.queue, victim.queue)
+        pair = (reclaimer.queue, victim.queue)
+        leveled = self._leveled.get(pair)
+        if leveled is None:
+            leveled = self._leveled[pair] = self.leveled(shares, *pair)
+        lr, lv = leveled
         if lr is None or lv is None:
             return True
-        r_share, v_share = shares[lr], shares[lv]
+        versions = self.ssn.queue_versions
+        stamp = (versions[lr], versions[lv], versions[pair[0]], len(self.ssn.decisions))
+        key = (reclaimer, lr, lv)
+        memo = self._victim_memo.get(key)
+        if memo is not None and memo[0] == stamp:
+            return memo[1]
+        ok = self._filter_victim(reclaimer, shares[lr], shares[lv])
+        self._victim_memo[key] = (stamp, ok)
+        return ok
+
+    def _filter_victim(self, reclaimer: Job, r_share: QueueShare, v_share: QueueShare) -> bool:
         request = self.request(reclaimer)
         if not reclaimer_fits_deserved(r_share, request):
             return fits_maintain_fair_share(v_share, v_share.allocated)
@@ -166,6 +194,10 @@ class ReclaimRules:
         """Victim pods beyond minMember one chunk each (newest first), the core one chunk."""
         from kai.plugins.proportion import queue_vector
 
+        if len(tasks) == 1 and job.min_member >= 0:
+            # what the general case gives for one task, without sorting
+            vec = queue_vector(self.ssn, tasks[0])
+            return [np.zeros(3) + vec] if job.min_member else [vec]
         ordered = self.ssn.sorted_tasks(tasks)
         core = min(job.min_member, len(ordered))
         out = [queue_vector(self.ssn, t) for t in reversed(ordered[core:])]
@@ -181,40 +213,61 @@ class ReclaimRules:
         by_job: dict[Job, list[Task]] = defaultdict(list)
         for task in victim_tasks:
             by_job[task.job].append(task)
-        by_queue: dict[str, list[np.ndarray]] = defaultdict(list)
+        by_queue: dict[str, _QueueChunks] = {}
         for job in sorted(by_job, key=lambda j: j.key):
             if job.queue in shares:
-                by_queue[job.queue].extend(self.chunks(job, by_job[job]))
+                queue_chunks = by_queue.get(job.queue)
+                if queue_chunks is None:
+                    queue_chunks = by_queue[job.queue] = _QueueChunks()
+                queue_chunks.add(self, job, by_job[job])
         remaining: dict[str, np.ndarray] = {}
         involved: dict[str, set[int]] = {}
         for vq in sorted(by_queue):
-            chunks = by_queue[vq]
             lr, lv = self.leveled(shares, pending.queue, vq)
             if lr is None or lv is None:
                 continue
+            chunks = by_queue[vq].chunks()
             mine = involved[vq] = _involved(chunks)
             if lv not in remaining:
                 remaining[lv] = shares[lv].allocated.copy()
-            if not chunks:
+            if not len(chunks):
                 continue
             reclaimer, reclaimee = shares[lr], shares[lv]
-            # fits_strategy per chunk; the reclaimer's side does not depend on the chunk
-            reclaimer_fits: bool | None = None
             up = list(reversed(self.path(shares, vq)))
             for name in up:
                 if name not in remaining:
                     remaining[name] = shares[name].allocated.copy()
                 involved.setdefault(name, set()).update(mine)
             rows = [remaining[name] for name in up]
-            held = remaining[lv]
-            for chunk in chunks:
-                if not fits_maintain_fair_share(reclaimee, held):
-                    if reclaimer_fits is None:
-                        reclaimer_fits = reclaimer_fits_deserved(reclaimer, request)
-                    if not (reclaimer_fits and reclaimee_exceeds_deserved(reclaimee, held)):
-                        return False
-                for row in rows:
-                    row -= chunk
+            held = remaining[lv]  # one of ``rows``
+            # fits_strategy per chunk, on what the reclaimee holds before it; the rows
+            # lose the chunks one by one.  The reclaimer's side does not depend on the
+            # chunk.
+            if isinstance(chunks, list):
+                reclaimer_fits: bool | None = None
+                for chunk in chunks:
+                    if not fits_maintain_fair_share(reclaimee, held):
+                        if reclaimer_fits is None:
+                            reclaimer_fits = reclaimer_fits_deserved(reclaimer, request)
+                        if not (reclaimer_fits and reclaimee_exceeds_deserved(reclaimee, held)):
+                            return False
+                    for row in rows:
+                        row -= chunk
+                continue
+            # The same for all chunks at once (``subtract.accumulate`` subtracts in order).
+            steps = np.subtract.accumulate(np.vstack([held, chunks]), axis=0)
+            before = steps[:-1]
+            maintained = ~_le_rows(before, reclaimee.allocatable_share())
+            if not maintained.all():
+                if not reclaimer_fits_deserved(reclaimer, request):
+                    return False
+                if not (~_le_rows(before[~maintained], reclaimee.deserved)).all():
+                    return False
+            for row in rows:
+                if row is held:
+                    row[...] = steps[-1]
+                else:
+                    row[...] = np.subtract.accumulate(np.vstack([row, chunks]), axis=0)[-1]
         requested = _involved([request])
         for name in reversed(self.path(shares, pending.queue)):
             share = shares[name]
@@ -239,6 +292,56 @@ class ReclaimRules:
             ):
                 return False
         return True
+
+
+#: Chunks of one victim queue checked one by one (more: as one matrix).
+_FEW_CHUNKS = 8
+
+
+class _QueueChunks:
+    """The chunks of one victim queue's jobs (:meth:`ReclaimRules.chunks`), in order: as
+    a list when there are few, else as one matrix, the chunks of one-pod jobs (the pod's
+    queue vector) gathered for all of them at once."""
+
+    __slots__ = ("items", "single")
+
+    def __init__(self) -> None:
+        # Chunks, or (pod, whether it is a core chunk) for a one-pod job's chunk.
+        self.items: list[np.ndarray | tuple[Task, bool]] = []
+        self.single = 0  # how many items are pods
+
+    def add(self, rules: ReclaimRules, job: Job, tasks: list[Task]) -> None:
+        if len(tasks) == 1 and job.min_member >= 0 and not tasks[0].is_shared_gpu:
+            self.items.append((tasks[0], job.min_member > 0))
+            self.single += 1
+        else:
+            self.items.extend(rules.chunks(job, tasks))
+
+    def chunks(self) -> list[np.ndarray] | np.ndarray:
+        from kai.plugins.proportion import QUEUE_COLUMNS
+
+        if len(self.items) <= _FEW_CHUNKS:
+            out = []
+            for item in self.items:
+                if isinstance(item, tuple):
+                    # queue_vector of a whole-GPU pod; a core chunk is a sum from zeros
+                    vec = item[0].request[QUEUE_COLUMNS]
+                    out.append(np.zeros(3) + vec if item[1] else vec)
+                else:
+                    out.append(item)
+            return out
+        matrix = np.empty((len(self.items), 3))
+        if self.single:
+            rows = [i for i, item in enumerate(self.items) if isinstance(item, tuple)]
+            pods = [self.items[i][0].request for i in rows]  # type: ignore[union-attr]
+            matrix[rows] = np.array(pods)[:, QUEUE_COLUMNS]
+            core = [i for i in rows if self.items[i][1]]  # type: ignore[index]
+            matrix[core] += 0.0
+        if self.single < len(self.items):
+            for i, item in enumerate(self.items):
+                if not isinstance(item, tuple):
+                    matrix[i] = item
+        return matrix
 
 
 def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:

@@ -34,7 +34,8 @@ def register_generator(name: str, fn: Generator) -> None:
 def _scenario(
     state: AccumulatedState, preemptor: Job, pending: list[Task], indices: list[int]
 ) -> Scenario:
-    return Scenario(preemptor, pending, state.recorded, [state.batches[i] for i in indices])
+    batches = [state.batches[i] for i in indices]
+    return Scenario(preemptor, pending, state.recorded, batches, state.recorded_uids)
 
 
 def node_local_greedy(
@@ -158,7 +159,9 @@ class _PrefixBound:
         self.smallest = smallest
         self.whole = bool(np.array_equal(base, np.floor(base)))
         self.baseline = float(base[feasible].sum()) if self.whole else 0.0
-        self.capacity: dict[int, float] = {}  # victim-bearing node -> capacity
+        # Per node its capacity once it bears victims (NaN before).
+        self.capacity = np.full(len(base), np.nan)
+        self.recorded: np.ndarray | None = None  # per node, the GPUs recorded victims free
         self.candidates = 0  # nodes with capacity + 1e-9 >= smallest
         self.total = 0.0  # their capacity
         self.seen = 0  # entries of ``state.touched`` taken in
@@ -168,30 +171,54 @@ class _PrefixBound:
 
     def may_cover(self, state: AccumulatedState, demand: float) -> bool:
         """False only when :func:`_prefix_subsets` would yield nothing."""
-        totals = state._freed_total
+        totals = state.freed_total_array()
         if not self.whole or totals is None:
             return True
-        base, feasible, capacity = self.base, self.feasible, self.capacity
-        recorded = state.recorded_on_node
-        smallest = self.smallest
+        if self.recorded is None:
+            self.recorded = np.zeros(len(self.base))
+            for node, freed in state.recorded_on_node.items():
+                self.recorded[node] = freed
+        # The nodes the new batches touched: all values are whole numbers, so the sums
+        # are exact in any order (and a node's capacity depends only on the totals,
+        # however often it was touched).
+        base, capacity, smallest = self.base, self.capacity, self.smallest
         touched = state.touched
-        for node in touched[self.seen :]:
-            old = capacity.get(node)
-            if old is None:
-                if feasible[node]:
-                    self.baseline -= float(base[node])
-            elif old + 1e-9 >= smallest:
-                self.candidates -= 1
-                self.total -= old
-            new = (float(base[node]) + recorded.get(node, 0.0)) + totals.get(node, 0.0)
-            capacity[node] = new
-            if new + 1e-9 >= smallest:
-                self.candidates += 1
-                self.total += new
+        if len(touched) - self.seen > _FEW_NODES:
+            nodes = np.unique(np.array(touched[self.seen :], dtype=np.intp))
+            old = capacity[nodes]
+            fresh = np.isnan(old)
+            self.baseline -= float(base[nodes[fresh & self.feasible[nodes]]].sum())
+            was = ~fresh & (old + 1e-9 >= smallest)
+            self.candidates -= int(np.count_nonzero(was))
+            self.total -= float(old[was].sum())
+            new = (base[nodes] + self.recorded[nodes]) + totals[nodes]
+            capacity[nodes] = new
+            now = new + 1e-9 >= smallest
+            self.candidates += int(np.count_nonzero(now))
+            self.total += float(new[now].sum())
+        else:
+            for node in touched[self.seen :]:
+                before = float(capacity[node])
+                if before != before:  # NaN: the node bore no victims yet
+                    if self.feasible[node]:
+                        self.baseline -= float(base[node])
+                elif before + 1e-9 >= smallest:
+                    self.candidates -= 1
+                    self.total -= before
+                after = (float(base[node]) + float(self.recorded[node])) + float(totals[node])
+                capacity[node] = after
+                if after + 1e-9 >= smallest:
+                    self.candidates += 1
+                    self.total += after
         self.seen = len(touched)
         if not self.candidates:
             return False
         return self.total + 1e-9 >= demand - self.baseline
+
+
+#: New victim-bearing nodes :meth:`_PrefixBound.may_cover` takes in one by one (more:
+#: as arrays).
+_FEW_NODES = 16
 
 
 register_generator("NodeLocalGreedy", node_local_greedy)

@@ -10,6 +10,7 @@ failed are fingerprinted and never simulated twice for the same job.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from kai.framework.statement import Statement
 from kai.solvers.budget import ActionBudget, JobBudget
 from kai.solvers.generators import GENERATORS
 from kai.solvers.scenario import (
+    COUNT_SLACK,
     Fingerprint,
     Scenario,
     gpu_slot_needs,
@@ -197,7 +199,7 @@ class JobSolver:
                 within[task.node] = True
         deadline = job_budget.generator_deadline(name)
         clock = self.budget.clock
-        bound = _PlacementBound(ssn, pending, within)
+        bound = _PlacementBound(ssn, pending, within, recorded)
         pending_ids = pending_key(pending)
         for scenario in gen(ssn, job, pending, recorded, victims, within):
             if job_budget.exhausted():
@@ -226,9 +228,15 @@ class _PlacementBound:
     """A sound pre-check of a scenario's simulation (which places whole-GPU pending tasks
     only where ``request <= idle + releasing`` after the evictions, on the probe's nodes
     plus the victims' nodes): if even the GPU slots of those nodes cannot take the
-    pending tasks, the simulation would fail, and is skipped."""
+    pending tasks, the simulation would fail, and is skipped.
 
-    def __init__(self, ssn: Session, pending: list[Task], within: np.ndarray) -> None:
+    The probe's scenarios share its recorded victims: their part (capacities, nodes and
+    slots) is computed once, and each scenario only adds its batches' nodes.
+    """
+
+    def __init__(
+        self, ssn: Session, pending: list[Task], within: np.ndarray, recorded: list[Task]
+    ) -> None:
         self.requests = [
             float(t.request[GPU]) for t in pending if not t.is_shared_gpu and t.request[GPU] > 0
         ]
@@ -237,18 +245,54 @@ class _PlacementBound:
             nodes = ssn.nodes
             self.base = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
             self.within = within
+            self.recorded = recorded
+            self._shared: tuple[np.ndarray, np.ndarray, list[int], set[Task]] | None = None
 
-    def may_fit(self, scenario: Scenario) -> bool:
-        if not self.requests:
-            return True
-        victims = [t for t in scenario.victim_tasks() if t.node >= 0]
+    def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
+        """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
+        victims = [t for t in victims if t.node >= 0]
         index = np.fromiter((t.node for t in victims), dtype=np.intp, count=len(victims))
         freed = np.fromiter((t.request[GPU] for t in victims), dtype=np.float64, count=len(victims))
         capacity = self.base.copy()
         np.add.at(capacity, index, freed)
         mask = self.within.copy()
         mask[index] = True
-        return gpu_slots_suffice(capacity[mask], self.requests, self.needs)
+        return capacity, mask
+
+    def may_fit(self, scenario: Scenario) -> bool:
+        if not self.requests:
+            return True
+        if scenario.recorded is not self.recorded:
+            capacity, mask = self._capacity(scenario.victim_tasks())
+            return gpu_slots_suffice(capacity[mask], self.requests, self.needs)
+        if self._shared is None:
+            capacity, mask = self._capacity(self.recorded)
+            slots = [int(np.floor((capacity[mask] + COUNT_SLACK) / v).sum()) for v, _ in self.needs]
+            self._shared = (capacity, mask, slots, set(self.recorded))
+        capacity, mask, slots, seen = self._shared
+        # The batches' victims, as victim_tasks lists them after the recorded ones: the
+        # GPUs they free are added to their nodes in the same order.
+        changed: dict[int, float] = {}
+        added: set[Task] = set()
+        for batch in scenario.batches:
+            for task in batch.tasks:
+                if task in seen or task in added:
+                    continue
+                added.add(task)
+                node = task.node
+                if node >= 0:
+                    old = changed.get(node)
+                    if old is None:
+                        old = float(capacity[node])
+                    changed[node] = old + float(task.request[GPU])
+        for (v, need), have in zip(self.needs, slots):
+            for node, new in changed.items():
+                if mask[node]:
+                    have -= math.floor((float(capacity[node]) + COUNT_SLACK) / v)
+                have += math.floor((new + COUNT_SLACK) / v)
+            if have < need:
+                return False
+        return True
 
 
 def victim_jobs_of(tasks: list[Task]) -> list[Job]:

@@ -10,7 +10,7 @@ pairwise comparisons.
 
 from __future__ import annotations
 
-import heapq
+from bisect import insort
 from collections.abc import Callable
 from typing import Any
 
@@ -44,41 +44,79 @@ def job_order_key(ssn: Session) -> Callable[[Job], Any] | None:
     return lambda job: (*(k(job) for k in keys), default_order_key(job))
 
 
-class _KeyedEntry:
-    __slots__ = ("key", "seq", "job")
-
-    def __init__(self, key: Any, seq: int, job: Job) -> None:
-        self.key = key
-        self.seq = seq
-        self.job = job
-
-    def __lt__(self, other: _KeyedEntry) -> bool:
-        return (self.key, self.seq) < (other.key, other.seq)
-
-
-class KeyedJobQueue(JobQueue):
-    """A normal-mode job queue whose leaf heaps compare precomputed order keys.
+class SortedJobQueue(JobQueue):
+    """A normal-mode job queue whose leaves are lists sorted by precomputed order keys
+    (then push number), read from the front.
 
     Only for callers that change a job's state after popping it, never while it waits in
     the queue (its key is computed once, when it is pushed).
     """
 
     def __init__(self, ssn: Session, jobs: list[Job], key: Callable[[Job], Any]) -> None:
+        super().__init__(ssn, [])
         self._key = key
         self._seq = 0
-        super().__init__(ssn, jobs)
+        self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
+        self.heads: dict[str, int] = {}  # per leaf, the index of its next job
+        for job in jobs:
+            self._seq += 1
+            leaf = job.queue or ""
+            entries = self.leaves.get(leaf)
+            if entries is None:
+                entries = self.leaves[leaf] = []
+                self.heads[leaf] = 0
+                self._link(leaf)
+            entries.append((key(job), self._seq, job))
+        for entries in self.leaves.values():
+            entries.sort()
+        # Leaves with jobs left: with one, popping needs no queue comparison.
+        self.live = {leaf for leaf, entries in self.leaves.items() if entries}
 
     def push(self, job: Job) -> None:
         leaf = job.queue or ""
-        heap = self.heaps.get(leaf)
-        if heap is None:
-            heap = self.heaps[leaf] = []
+        entries = self.leaves.get(leaf)
+        if entries is None:
+            entries = self.leaves[leaf] = []
+            self.heads[leaf] = 0
             self._link(leaf)
         self._seq += 1
-        heapq.heappush(heap, _KeyedEntry(self._key(job), self._seq, job))  # type: ignore[misc]
+        insort(entries, (self._key(job), self._seq, job), lo=self.heads[leaf])
+        self.live.add(leaf)
+
+    def empty(self) -> bool:
+        return all(self.heads[leaf] >= len(e) for leaf, e in self.leaves.items())
+
+    def __len__(self) -> int:
+        return sum(len(e) - self.heads[leaf] for leaf, e in self.leaves.items())
+
+    def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
+        if name in memo:
+            return memo[name]
+        entries = self.leaves.get(name)
+        if entries is not None and self.heads[name] < len(entries):
+            result: tuple[str, Job] | None = (name, entries[self.heads[name]][2])
+        else:
+            result = self._best_among(self.children.get(name, []), memo)
+        memo[name] = result
+        return result
+
+    def pop(self) -> Job | None:
+        if len(self.live) == 1:
+            # the only candidate at every level of the tree: no comparison is made
+            (leaf,) = self.live
+            job = self.leaves[leaf][self.heads[leaf]][2]
+        else:
+            best = self._best_among(self.children.get(None, []), {})
+            if best is None:
+                return None
+            leaf, job = best
+        self.heads[leaf] += 1
+        if self.heads[leaf] == len(self.leaves[leaf]):
+            self.live.discard(leaf)
+        return job
 
 
 def job_queue(ssn: Session, jobs: list[Job]) -> JobQueue:
     """A normal-mode job queue over ``jobs``, keyed when the job order has keys."""
     key = job_order_key(ssn)
-    return JobQueue(ssn, jobs) if key is None else KeyedJobQueue(ssn, jobs, key)
+    return JobQueue(ssn, jobs) if key is None else SortedJobQueue(ssn, jobs, key)

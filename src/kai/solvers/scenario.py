@@ -39,6 +39,7 @@ class Scenario:
     pending: list[Task]
     recorded: list[Task]  # victims of earlier successful probes
     batches: list[VictimBatch] = field(default_factory=list)
+    recorded_uids: frozenset[str] | None = None  # of ``recorded``, when known
 
     def victim_tasks(self) -> list[Task]:
         out = list(self.recorded)
@@ -55,7 +56,8 @@ class Scenario:
         ``pending_key`` is :func:`pending_key` of ``self.pending`` when known."""
         if pending_key is None:
             pending_key = frozenset(t.uid for t in self.pending)
-        victims = {t.uid for t in self.recorded}
+        recorded = self.recorded_uids
+        victims = set(recorded) if recorded is not None else {t.uid for t in self.recorded}
         for batch in self.batches:
             victims.update(t.uid for t in batch.tasks)
         return (self.preemptor.uid, pending_key, frozenset(victims))
@@ -167,7 +169,7 @@ def tasks_to_evict(ssn: Session, view: Job) -> tuple[list[Task], bool]:
     active = [t for t in view.tasks if t.status in ACTIVE_ALLOCATED]
     if not active:
         return [], False
-    ordered = ssn.sorted_tasks(active)
+    ordered = ssn.sorted_tasks(active) if len(active) > 1 else active
     ordered.reverse()
     job = ordered[0].job
     if len(active) > view.min_member:
@@ -179,6 +181,35 @@ def tasks_to_evict(ssn: Session, view: Job) -> tuple[list[Task], bool]:
     if len(chosen) != len(ordered):
         return [], False  # the core of a semi-preemptible job stays
     return chosen, False
+
+
+#: What a victim leaf keeps per job: :func:`tasks_to_evict`, and when they are the whole
+#: job, its batch and :func:`prepare_batch` of it.
+Eviction = tuple[list[Task], bool, VictimBatch | None, PreparedBatch | None]
+
+
+def whole_job_eviction(ssn: Session, job: Job) -> Eviction:
+    """:func:`tasks_to_evict` of ``job`` with, when it is evicted whole, its batch and
+    prepared additions; a one-pod job on whole GPUs directly (what the general code
+    gives it: the pod if it is active and preemptible, evicted alone)."""
+    if len(job.tasks) == 1:
+        task = job.tasks[0]
+        if task.status not in ACTIVE_ALLOCATED or not task.job.is_task_preemptible(task):
+            return [], False, None, None
+        node = task.node
+        if node >= 0 and not task.is_shared_gpu:
+            freed = float(task.request[GPU])  # gpu_freed of a whole-GPU task
+            tasks = [task]
+            batch = VictimBatch(task.job, tasks, frozenset((node,)))
+            sums = [(node, freed, freed.is_integer())]
+            return tasks, False, batch, PreparedBatch([(node, freed, task.request)], [node], sums)
+    tasks, more = tasks_to_evict(ssn, job)
+    batch = prepared = None
+    if tasks and not more:
+        nodes = frozenset(t.node for t in tasks if t.node >= 0)
+        batch = VictimBatch(tasks[0].job, tasks, nodes)
+        prepared = prepare_batch(ssn, batch)
+    return tasks, more, batch, prepared
 
 
 def job_view(job: Job, tasks: list[Task]) -> Job:
@@ -197,6 +228,7 @@ class AccumulatedState:
         self.ssn = ssn
         self.pending = pending
         self.recorded = recorded
+        self.recorded_uids = frozenset(t.uid for t in recorded)
         self.batches: list[VictimBatch] = []
         nodes = ssn.nodes
         self._gpu_capacity = node_gpu_capacity(ssn)
@@ -209,21 +241,16 @@ class AccumulatedState:
         self._checks = 0
         self.victim_nodes: dict[int, list[int]] = {}  # node -> indices of batches on it
         self.touched: list[int] = []  # the nodes of each batch, in batch order
-        # Victim-bearing nodes in order of first appearance in the batches, and per node
-        # the GPUs each of its batches frees there (in batch order).
+        # Victim-bearing nodes in order of first appearance in the batches' tasks.
         self.node_order: list[int] = []
-        self.freed_on_node: dict[int, list[float]] = {}
+        self._seen: set[int] = set()  # the nodes of ``node_order``
+        self._freed_by_node: tuple[int, dict[int, list[float]]] = (0, {})  # batches read
         self.recorded_on_node: dict[int, float] = {}
-        # Per node the sum of ``freed_on_node``, kept while every freed amount is a whole
-        # number of GPUs (then exact in any order); None once one is not.
-        self._freed_total: dict[int, float] | None = {}
-        for task in recorded:
-            self._free(task)
-            if task.node >= 0:
-                freed = gpu_freed(ssn, task)
-                if not float(freed).is_integer():
-                    self._freed_total = None
-                self.recorded_on_node[task.node] = self.recorded_on_node.get(task.node, 0.0) + freed
+        # Per node the GPUs all batches free there (made at the first batch), kept while
+        # every amount freed is a whole number of GPUs (then exact in any order).
+        self._totals: np.ndarray | None = None
+        self._whole = True
+        self._free_recorded()
         self.gpu_requests = np.array([gpu_need(ssn, t) for t in pending], dtype=np.float64)
         reqs = [t.request.copy() for t in pending]
         for vec, task in zip(reqs, pending):
@@ -240,6 +267,28 @@ class AccumulatedState:
         self._units = [int(np.floor((capacity + COUNT_SLACK) / v).sum()) for v in sizes]
         self._unit_sizes = sizes
 
+    def _free_recorded(self) -> None:
+        """What :meth:`_free` of every recorded victim in order does, at once (the
+        capacity arrays get the same additions in the same order)."""
+        ssn = self.ssn
+        live = [t for t in self.recorded if t.node >= 0]
+        if not live:
+            return
+        nodes = np.fromiter((t.node for t in live), dtype=np.intp, count=len(live))
+        rows = np.array([t.request for t in live], dtype=np.float64)
+        freed = rows[:, GPU].copy()
+        for i, task in enumerate(live):
+            if task.is_shared_gpu:
+                freed[i] = gpu_freed(ssn, task)
+                rows[i, GPU] = 0.0  # the device fraction is in the GPU capacity
+        np.add.at(self._gpu_capacity, nodes, freed)
+        np.add.at(self._available, nodes, rows)
+        if not np.array_equal(freed, np.floor(freed)):
+            self._whole = False
+        on_node = self.recorded_on_node
+        for node, value in zip(nodes.tolist(), freed.tolist()):
+            on_node[node] = on_node.get(node, 0.0) + value
+
     @property
     def gpu_capacity(self) -> np.ndarray:
         self._flush()
@@ -251,6 +300,34 @@ class AccumulatedState:
         if self._fit is not None:
             return self._fit.available()
         return self._available
+
+    @property
+    def freed_on_node(self) -> dict[int, list[float]]:
+        """Per victim-bearing node, the GPUs each of its batches frees there (in batch
+        order): the sums :meth:`add` makes, made again when asked for."""
+        done, out = self._freed_by_node
+        for batch in self.batches[done:]:
+            sums: dict[int, float] = {}
+            for task in batch.tasks:
+                if task.node >= 0:
+                    sums[task.node] = sums.get(task.node, 0) + gpu_freed(self.ssn, task)
+            for node in batch.nodes:
+                out.setdefault(node, []).append(sums[node])
+        self._freed_by_node = (len(self.batches), out)
+        return out
+
+    def freed_totals(self, nodes: list[int]) -> np.ndarray | None:
+        """Per node of ``nodes``, the GPUs all batches free there, if all are whole."""
+        return self._totals_array()[nodes] if self._whole else None
+
+    def freed_total_array(self) -> np.ndarray | None:
+        """Per node, the GPUs all batches free there (read-only use), if all are whole."""
+        return self._totals_array() if self._whole else None
+
+    def _totals_array(self) -> np.ndarray:
+        if self._totals is None:
+            self._totals = np.zeros(len(self._gpu_capacity), dtype=np.float64)
+        return self._totals
 
     def _flush(self) -> None:
         """Write the deferred updates back (into the kernels' state once it exists)."""
@@ -294,39 +371,46 @@ class AccumulatedState:
         self._row_nodes.append(node)
         self._rows.append(vec)
 
+    def _note_node(self, node: int) -> None:
+        if node not in self._seen:
+            self._seen.add(node)
+            self.node_order.append(node)
+
+    def _note_freed(self, node: int, index: int, value: float, whole: bool) -> None:
+        """Batch ``index`` frees ``value`` GPUs on ``node``."""
+        got = self.victim_nodes.get(node)
+        if got is None:
+            self.victim_nodes[node] = [index]
+        else:
+            got.append(index)
+        if self._whole:
+            if whole:
+                self._totals_array()[node] += value
+            else:
+                self._whole = False
+
     def add(self, batch: VictimBatch) -> None:
         index = len(self.batches)
         self.batches.append(batch)
         sums: dict[int, float] = {}
-        freed_on_node = self.freed_on_node
         for task in batch.tasks:
             node = task.node
             if node < 0:
                 continue
             freed = gpu_freed(self.ssn, task)
             self._free(task, freed)
-            if node not in freed_on_node:
-                freed_on_node[node] = []
-                self.node_order.append(node)
+            self._note_node(node)
             sums[node] = sums.get(node, 0) + freed
-        totals = self._freed_total
         self.touched.extend(batch.nodes)
         for node in batch.nodes:
-            self.victim_nodes.setdefault(node, []).append(index)
             value = sums[node]
-            freed_on_node[node].append(value)
-            if totals is not None:
-                if float(value).is_integer():
-                    totals[node] = totals.get(node, 0.0) + value
-                else:
-                    self._freed_total = totals = None
+            self._note_freed(node, index, value, float(value).is_integer())
 
     def add_prepared(self, batch: VictimBatch, prepared: PreparedBatch) -> None:
         """:meth:`add` with the per-task work done beforehand (:func:`prepare_batch`):
         the same updates, in the same order, with the same values."""
         index = len(self.batches)
         self.batches.append(batch)
-        freed_on_node = self.freed_on_node
         cap = self._cap
         sizes = self._unit_sizes
         units = self._units
@@ -344,53 +428,58 @@ class AccumulatedState:
                     )
             row_nodes.append(node)
             rows.append(vec)
-            if node not in freed_on_node:
-                freed_on_node[node] = []
-                self.node_order.append(node)
-        totals = self._freed_total
+            self._note_node(node)
         self.touched.extend(prepared.nodes)
-        victim_nodes = self.victim_nodes
         for node, value, whole in prepared.sums:
-            got = victim_nodes.get(node)
-            if got is None:
-                victim_nodes[node] = [index]
-            else:
-                got.append(index)
-            freed_on_node[node].append(value)
-            if totals is not None:
-                if whole:
-                    totals[node] = totals.get(node, 0.0) + value
-                else:
-                    self._freed_total = totals = None
+            self._note_freed(node, index, value, whole)
 
-    def add_steps(self, steps: Any, pos: int, recorded: set[Task]) -> tuple[bool, int]:
+    def add_steps(
+        self, steps: Any, pos: int, recorded: set[Task], *, single: bool = False
+    ) -> tuple[bool, int]:
         """Add whole-job batches read from a victim leaf (``steps``, a
         :class:`~kai.solvers.victims._LeafSteps`) from position ``pos`` down while the
-        counting bound fails: the loop of :meth:`PoolVictimQueue.fast_forward`, with
-        :meth:`add_prepared` inlined for one-task batches.  Returns (whether it stopped
-        because the bound holds, the leaf position to go on from)."""
+        counting bound fails (``single``: one batch): the loop of
+        :meth:`PoolVictimQueue.fast_forward`.  Returns (whether it stopped because the
+        bound holds or, if ``single``, a batch was added; the leaf position to go on from).
+
+        With one GPU request size, long runs of simple steps are added at once
+        (:meth:`_add_run`); once this call has walked that many steps, the leaf is read
+        ahead by as many as were walked.
+        """
         positions, gots = steps.positions, steps.gots
         ssn = self.ssn
         i = steps.at_or_below(pos)
-        batches = self.batches
-        cap = self._cap
-        gpu_capacity = self._gpu_capacity
-        freed_on_node = self.freed_on_node
-        node_order = self.node_order
-        victim_nodes = self.victim_nodes
-        touched = self.touched
-        row_nodes, rows = self._row_nodes, self._rows
-        units = self._units
-        one = len(self._unit_sizes) == 1
-        v = self._unit_sizes[0] if one else 0.0
-        need = self._unit_need[0] if one else 0
-        floor = math.floor
+        bulk = len(self._unit_sizes) == 1 and not single
+        retry = 0  # no run of simple steps starts before this index
+        walked = 0
         while True:
-            if i == len(positions) and not steps.extend(ssn):
-                return False, -1  # only jobs the filter rejects are left
+            if i == len(positions):
+                if bulk and walked >= _BULK_STEPS:
+                    steps.read(ssn, walked)
+                if i == len(positions) and not steps.extend(ssn):
+                    return False, -1  # only jobs the filter rejects are left
+            if bulk and i >= retry and len(positions) - i >= _BULK_STEPS and positions[i] <= pos:
+                simple = steps.arrays().simple[: len(positions)]
+                head = simple[i : i + _BULK_STEPS]
+                if not head.all():
+                    retry = i + int(np.argmin(head)) + 1  # no run before the next break
+                else:
+                    breaks = np.flatnonzero(~simple[i + _BULK_STEPS :])
+                    end = i + _BULK_STEPS + int(breaks[0]) if breaks.size else len(positions)
+                    ran = self._add_run(steps, i, end, recorded)
+                    if ran is None:
+                        bulk = False  # fractional capacities: step by step
+                    else:
+                        done, pos = ran
+                        walked += end - i
+                        if done:
+                            return True, pos
+                        i = end
+                        continue
             p = positions[i]
             tasks, more, batch, prepared = gots[i]
             i += 1
+            walked += 1
             if p > pos:
                 continue  # read before, but already popped by the queue
             if not tasks:
@@ -408,51 +497,98 @@ class AccumulatedState:
             pos = p - 1
             if prepared is None:
                 self.add(batch)
-            elif not one or len(prepared.items) != 1:
-                self.add_prepared(batch, prepared)
             else:
-                # add_prepared for one task on one node and one unit size
-                index = len(batches)
-                batches.append(batch)
-                node, freed, vec = prepared.items[0]
-                old = cap.get(node)
-                if old is None:
-                    old = float(gpu_capacity[node])
-                new = old + freed
-                cap[node] = new
-                units[0] += floor((new + COUNT_SLACK) / v) - floor((old + COUNT_SLACK) / v)
-                row_nodes.append(node)
-                rows.append(vec)
-                got = freed_on_node.get(node)
-                if got is None:
-                    got = freed_on_node[node] = []
-                    node_order.append(node)
-                touched.append(node)
-                at = victim_nodes.get(node)
-                if at is None:
-                    victim_nodes[node] = [index]
-                else:
-                    at.append(index)
-                _, value, whole = prepared.sums[0]
-                got.append(value)
-                totals = self._freed_total
-                if totals is not None:
-                    if whole:
-                        totals[node] = totals.get(node, 0.0) + value
-                    else:
-                        self._freed_total = None
-                if units[0] >= need:
-                    return True, pos
-                continue
-            if not self.short():
+                self.add_prepared(batch, prepared)
+            if single or not self.short():
                 return True, pos
 
-    def freed_totals(self, nodes: list[int]) -> np.ndarray | None:
-        """Per node of ``nodes``, the GPUs all batches free there, if all are whole."""
-        totals = self._freed_total
-        if totals is None:
+    def _add_run(
+        self, steps: Any, start: int, end: int, recorded: set[Task]
+    ) -> tuple[bool, int] | None:
+        """:meth:`add_steps` over the simple steps [start, end) of ``steps`` at once:
+        recorded ones are dropped, the others added up to the first after which the
+        counting bound (of one GPU request size) holds.  Returns (whether it holds, the
+        leaf position to go on from), or None when a node's GPU capacity is fractional.
+
+        Every amount is a whole number of GPUs, so the running capacities (and their
+        sums) are exact whatever the order of the additions, and so is every counting
+        step; the rows are added to the resource arrays in step order.
+        """
+        positions = steps.positions
+        columns = steps.arrays()
+        self._flush()
+        gpu_capacity = self._gpu_capacity
+        nodes = columns.node[start:end]
+        caps = gpu_capacity[nodes]
+        if not np.array_equal(caps, np.floor(caps)):
             return None
-        return np.array([totals.get(n, 0.0) for n in nodes], dtype=np.float64)
+        keep = np.arange(start, end)
+        if recorded:  # a simple step's task is recorded: the step is dropped
+            gots = steps.gots
+            dropped = np.fromiter(
+                (gots[k][0][0] in recorded for k in range(start, end)), np.bool_, end - start
+            )
+            keep = keep[~dropped]
+        if not keep.size:
+            return False, positions[end - 1] - 1
+        nodes = columns.node[keep]
+        freed = columns.freed[keep]
+        # The capacity of each step's node before and after the step.
+        order = np.argsort(nodes, kind="stable")
+        by_node, freed_by_node = nodes[order], freed[order]
+        running = np.cumsum(freed_by_node)
+        first = np.flatnonzero(np.r_[True, by_node[1:] != by_node[:-1]])
+        earlier = np.repeat(
+            running[first] - freed_by_node[first], np.diff(np.r_[first, len(by_node)])
+        )
+        after = gpu_capacity[by_node] + (running - earlier)
+        before = after - freed_by_node
+        v = self._unit_sizes[0]
+        gained = np.floor((after + COUNT_SLACK) / v) - np.floor((before + COUNT_SLACK) / v)
+        gains = np.empty_like(gained)
+        gains[order] = gained
+        units = self._units[0] + np.cumsum(gains)
+        hits = np.flatnonzero(units >= self._unit_need[0])
+        done = bool(hits.size)
+        taken = int(hits[0]) + 1 if done else len(keep)
+        keep, nodes, freed = keep[:taken], nodes[:taken], freed[:taken]
+        self._units[0] = int(units[taken - 1])
+        # Capacity and resource rows.
+        np.add.at(gpu_capacity, nodes, freed)
+        rows = columns.rows[keep]
+        fit = self._fit
+        if fit is None:
+            np.add.at(self._available, nodes, rows)
+        else:
+            changed = np.unique(nodes)
+            fit.set_capacity(changed, gpu_capacity[changed])
+            fit.add_available(nodes, rows)
+        # Batches and their bookkeeping.
+        index = len(self.batches)
+        gots = [steps.gots[k] for k in keep.tolist()]
+        self.batches.extend([got[2] for got in gots])  # type: ignore[misc]
+        self.touched.extend([got[3].items[0][0] for got in gots])  # type: ignore[union-attr]
+        distinct, at = np.unique(nodes, return_index=True)
+        seen = self._seen
+        fresh = [n for n in distinct[np.argsort(at)].tolist() if n not in seen]
+        seen.update(fresh)
+        self.node_order.extend(fresh)
+        if self._whole:
+            np.add.at(self._totals_array(), nodes, freed)
+        order = np.argsort(nodes, kind="stable")
+        by_node = nodes[order]
+        cuts = np.flatnonzero(by_node[1:] != by_node[:-1]) + 1
+        victim_nodes = self.victim_nodes
+        ids = (order + index).tolist()
+        lo = 0
+        for node, hi in zip(by_node[np.r_[0, cuts]].tolist(), [*cuts.tolist(), len(ids)]):
+            got = victim_nodes.get(node)
+            if got is None:
+                victim_nodes[node] = ids[lo:hi]
+            else:
+                got.extend(ids[lo:hi])
+            lo = hi
+        return done, positions[int(keep[-1]) if done else end - 1] - 1
 
     def short(self) -> bool:
         """Whether the counting bound already fails AccumulatedIdleGpus."""
@@ -504,6 +640,10 @@ class AccumulatedState:
 #: Checks of a state by the stateless kernels before it gets an incremental one.
 _STATELESS_CHECKS = 2
 
+#: The shortest run of simple steps :meth:`AccumulatedState.add_steps` adds at once (a
+#: few dozen array operations cost about as much as that many steps one by one).
+_BULK_STEPS = 64
+
 
 def accumulate(
     ssn: Session,
@@ -524,9 +664,10 @@ def accumulate(
     queue = _victim_queue(ssn, candidates)
     fast = getattr(queue, "fast_forward", None)
     while True:
-        # While the counting bound fails no state is yielded: whole-job batches can be
-        # added without the queue machinery (same jobs, same order).
-        if fast is not None and state.short() and fast(state, recorded_set):
+        # Whole-job batches are added without the queue machinery (same jobs, same
+        # order): while the counting bound fails (no state is yielded) all at once, then
+        # one at a time.
+        if fast is not None and fast(state, recorded_set, single=not state.short()):
             if state.passes_filters():
                 yield state
             continue

@@ -54,29 +54,73 @@ def place_tasks(
 
 
 class _GpuRoom:
-    """The most idle + releasing GPUs of one node of ``within`` (per node-table version):
-    a victim job with a whole-GPU task asking for more cannot be re-placed, and
-    ``allocate_job`` (which has no side effect when it fails) need not be called."""
+    """The most idle + releasing GPUs of one node of ``within``: a victim job with a
+    whole-GPU task asking for more cannot be re-placed, and ``allocate_job`` (which has
+    no side effect when it fails) need not be called.
+
+    The per-node room is kept across placements: after one, only the nodes its
+    operations touched are read again (the same sums as a full recomputation).
+    """
 
     def __init__(self, ssn: Session, within: np.ndarray) -> None:
         self.ssn = ssn
         self.within = within
         self.version = -1
+        self.free = np.empty(0)
         self.most = 0.0
+
+    def refresh(self) -> None:
+        nodes = self.ssn.nodes
+        if nodes.version == self.version:
+            return
+        free = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
+        free[~self.within] = -np.inf
+        self.free = free
+        self.most = float(free.max()) if free.size else float("-inf")
+        self.version = nodes.version
+
+    def touched(self, nodes_changed: set[int]) -> None:
+        """Read the room of ``nodes_changed`` again (the only nodes changed since the
+        last read)."""
+        nodes = self.ssn.nodes
+        free, within = self.free, self.within
+        idle, releasing = nodes.idle, nodes.releasing
+        for i in nodes_changed:
+            if i >= 0 and within[i]:
+                free[i] = idle[i, GPU] + releasing[i, GPU]
+        self.most = float(free.max())
+        self.version = nodes.version
+
+    def fits(self, need: float) -> bool:
+        self.refresh()
+        return need <= self.most + COUNT_SLACK
 
     def may_place(self, job: Job) -> bool:
         from kai.actions.common import tasks_to_allocate
 
-        tasks = tasks_to_allocate(self.ssn, job)
-        need = max((float(t.request[GPU]) for t in tasks if not t.is_shared_gpu), default=0.0)
-        if need <= 0:
-            return True
-        nodes = self.ssn.nodes
-        if nodes.version != self.version:
-            free = nodes.idle[self.within, GPU] + nodes.releasing[self.within, GPU]
-            self.most = float(free.max()) if free.size else float("-inf")
-            self.version = nodes.version
-        return need <= self.most + COUNT_SLACK
+        if len(job.tasks) == 1:
+            # what tasks_to_allocate gives a one-pod job: the pod, if it is to be placed
+            task = job.tasks[0]
+            place = task.should_allocate() and not task.is_shared_gpu
+            need = float(task.request[GPU]) if place else 0.0
+        else:
+            tasks = tasks_to_allocate(self.ssn, job)
+            need = max((float(t.request[GPU]) for t in tasks if not t.is_shared_gpu), default=0.0)
+        return need <= 0 or self.fits(need)
+
+
+def _least_gpu_need(jobs: list[Job]) -> float:
+    """A lower bound of what :meth:`_GpuRoom.may_place` compares for any of ``jobs``
+    (0 when some job may need no whole GPU): the smallest GPU request of their tasks."""
+    least = float("inf")
+    for job in jobs:
+        for task in job.tasks:
+            gpus = float(task.request[GPU])
+            if gpus <= 0 or task.is_shared_gpu:
+                return 0.0
+            if gpus < least:
+                least = gpus
+    return least
 
 
 def simulate(
@@ -103,7 +147,12 @@ def simulate(
     queue = job_queue(ssn, [*victim_jobs, preemptor])
     placed = False
     room = _GpuRoom(ssn, within)
+    least = _least_gpu_need(victim_jobs)
+    ops = stmt.ops
     while True:
+        if placed and least > 0 and not room.fits(least):
+            # Every job left would be skipped by may_place, and skipping changes nothing.
+            break
         job = queue.pop()
         if job is None:
             break
@@ -113,7 +162,13 @@ def simulate(
                 return Simulation(False)
             placed = True
         elif room.may_place(job):
-            allocate_job(ssn, stmt, job, pipeline_only=True, within=within, record_errors=False)
+            start = stmt.checkpoint()
+            version = ssn.nodes.version
+            if (
+                allocate_job(ssn, stmt, job, pipeline_only=True, within=within, record_errors=False)
+                and room.version == version
+            ):
+                room.touched({n for op in ops[start:] for n in (op.prev_node, op.task.node)})
     if not placed:
         stmt.discard()
         return Simulation(False)

@@ -28,13 +28,15 @@ from collections.abc import Callable, Iterable
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from kai.actions.common import JobQueue
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
 from kai.solvers.order import job_order_key
 
 if TYPE_CHECKING:
-    from kai.solvers.scenario import AccumulatedState
+    from kai.solvers.scenario import AccumulatedState, Eviction
 
 
 def potential_victim(ssn: Session, job: Job) -> bool:
@@ -56,6 +58,7 @@ class VictimPool:
         self._seq = count()
         self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
         self.entries: dict[Job, tuple[Any, int, Job]] = {}
+        self._stale: list[Iterable[Job]] = []  # jobs to re-key before the next read
         rows: dict[str, list[tuple[Any, int, Job]]] = {}
         for job in ssn.jobs.values():
             if potential_victim(ssn, job):
@@ -73,26 +76,60 @@ class VictimPool:
         return None if key is None else cls(ssn, key)
 
     def update(self, jobs: Iterable[Job]) -> None:
-        """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool."""
-        for job in jobs:
+        """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool.
+
+        Done when the pool is read next (:meth:`candidates`), on the jobs' state then:
+        an action commits a statement, updates the pool with the jobs it touched, and
+        reads it for its next job; no job changes in between without being updated.
+        """
+        self._stale.append(jobs)
+
+    def _refresh(self) -> None:
+        if not self._stale:
+            return
+        stale = dict.fromkeys(job for jobs in self._stale for job in jobs)
+        self._stale = []
+        gone: dict[str, list[tuple[Any, int, Job]]] = {}
+        new: dict[str, list[tuple[Any, int, Job]]] = {}
+        for job in stale:
+            leaf = job.queue or ""
             old = self.entries.pop(job, None)
             if old is not None:
-                entries = self.leaves[job.queue or ""]
-                i = bisect_left(entries, old)
-                assert entries[i] is old
-                del entries[i]
+                gone.setdefault(leaf, []).append(old)
             if potential_victim(self.ssn, job):
                 entry = (self.key(job), next(self._seq), job)
                 self.entries[job] = entry
-                insort(self.leaves.setdefault(job.queue or "", []), entry)
+                new.setdefault(leaf, []).append(entry)
+        for leaf in gone.keys() | new.keys():
+            entries = self.leaves.setdefault(leaf, [])
+            removed, added = gone.get(leaf, []), new.get(leaf, [])
+            if len(removed) + len(added) <= _FEW_CHANGES:
+                for old in removed:
+                    i = bisect_left(entries, old)
+                    assert entries[i] is old
+                    del entries[i]
+                for entry in added:
+                    insort(entries, entry)
+            else:  # one pass instead of moving the list's tail per change
+                dropped = {id(old) for old in removed}
+                kept = [e for e in entries if id(e) not in dropped]
+                kept.extend(added)
+                kept.sort()
+                entries[:] = kept
 
     def candidates(
         self, accept: Callable[[Job], bool], leaf_ok: Callable[[str], bool] | None = None
     ) -> VictimCandidates:
+        self._refresh()
         return VictimCandidates(self, accept, leaf_ok)
 
     def __len__(self) -> int:
+        self._refresh()
         return len(self.entries)
+
+
+#: Pool changes of one leaf applied one by one (more: the leaf is rebuilt).
+_FEW_CHANGES = 32
 
 
 class VictimCandidates:
@@ -114,7 +151,7 @@ class VictimCandidates:
         # tasks_to_evict of whole jobs: the session state is the same whenever a victim
         # queue of this search is read (simulations are undone before it goes on).
         # With the batch (and its prepared additions) when the whole job is evicted.
-        self.evictions: dict[Job, tuple[list[Task], bool, Any, Any]] = {}
+        self.evictions: dict[Job, Eviction] = {}
         # Per leaf, its accepted jobs as read so far (see :class:`_LeafSteps`).
         self.steps: dict[str, _LeafSteps] = {}
         # Leaf queues that may hold accepted jobs (``leaf_ok`` False: accept rejects all).
@@ -142,25 +179,51 @@ class VictimCandidates:
 
 class _LeafSteps:
     """The accepted jobs of one leaf in victim order (positions descending) with their
-    evictions, read once per search: every probe's victim queue reads the same leaf."""
+    evictions, read once per search: every probe's victim queue reads the same leaf.
 
-    __slots__ = ("entries", "cands", "positions", "neg", "gots", "low")
+    Steps that evict a one-pod job whole (one task on a node, whole GPUs freed) are
+    *simple*: their node, GPUs freed and resource row are also kept, as arrays once
+    long runs of them are added at once (:meth:`AccumulatedState.add_steps`).
+    """
 
-    def __init__(self, entries: list[tuple[Any, int, Job]], cands: VictimCandidates) -> None:
+    __slots__ = (
+        "entries",
+        "cands",
+        "positions",
+        "neg",
+        "gots",
+        "low",
+        "_simple",
+        "_arrays",
+    )
+
+    def __init__(
+        self, entries: list[tuple[Any, int, Job]], cands: VictimCandidates, width: int
+    ) -> None:
         self.entries = entries
         self.cands = cands
         self.positions: list[int] = []  # descending
         self.neg: list[int] = []  # the same, negated (ascending, for bisect)
-        self.gots: list[tuple[list[Task], bool, Any, Any]] = []
+        self.gots: list[Eviction] = []
         self.low = len(entries)  # every position >= low has been read
+        self._simple: list[bool] = []  # per step, whether it is simple
+        # Per step: simple, and the node, GPUs freed and resource row of a simple one.
+        self._arrays = _StepArrays(width)
 
     def at_or_below(self, pos: int) -> int:
         """Index of the first accepted position <= ``pos`` (len(positions) if unread)."""
         return bisect_left(self.neg, -pos)
 
+    def arrays(self) -> _StepArrays:
+        """The per-step columns of every step read so far, as arrays."""
+        arrays = self._arrays
+        if arrays.size < len(self.positions):
+            arrays.extend(self._simple, self.gots)
+        return arrays
+
     def extend(self, ssn: Session) -> bool:
         """Read down to the next accepted job; False when the leaf has no more."""
-        from kai.solvers.scenario import VictimBatch, prepare_batch, tasks_to_evict
+        from kai.solvers.scenario import whole_job_eviction
 
         entries, accepts, memo = self.entries, self.cands.accepts, self.cands.evictions
         while self.low > 0:
@@ -170,18 +233,67 @@ class _LeafSteps:
                 continue
             got = memo.get(job)
             if got is None:
-                tasks, more = tasks_to_evict(ssn, job)
-                batch = prepared = None
-                if tasks and not more:
-                    nodes = frozenset(t.node for t in tasks if t.node >= 0)
-                    batch = VictimBatch(tasks[0].job, tasks, nodes)
-                    prepared = prepare_batch(ssn, batch)
-                got = memo[job] = (tasks, more, batch, prepared)
-            self.positions.append(self.low)
-            self.neg.append(-self.low)
-            self.gots.append(got)
+                got = memo[job] = whole_job_eviction(ssn, job)
+            self._append(job, got)
             return True
         return False
+
+    def read(self, ssn: Session, count: int) -> None:
+        """Read up to ``count`` more accepted jobs."""
+        for _ in range(count):
+            if not self.extend(ssn):
+                return
+
+    def _append(self, job: Job, got: Eviction) -> None:
+        self.positions.append(self.low)
+        self.neg.append(-self.low)
+        self.gots.append(got)
+        _, more, _, prepared = got
+        self._simple.append(
+            prepared is not None
+            and not more
+            and len(prepared.items) == 1
+            and len(job.tasks) == 1
+            and prepared.sums[0][2]  # whole GPUs
+        )
+
+
+class _StepArrays:
+    """:class:`_LeafSteps` columns as arrays, valid for the first ``size`` steps (their
+    capacity doubled as needed)."""
+
+    __slots__ = ("size", "simple", "node", "freed", "rows")
+
+    def __init__(self, width: int) -> None:
+        self.size = 0
+        self.simple = np.zeros(0, dtype=np.bool_)
+        self.node = np.zeros(0, dtype=np.intp)
+        self.freed = np.zeros(0, dtype=np.float64)
+        self.rows = np.zeros((0, width), dtype=np.float64)  # one row per resource
+
+    def extend(self, simple: list[bool], gots: list[Eviction]) -> None:
+        """Take in the steps from ``size`` on (``simple`` and ``gots`` of the leaf)."""
+        start, end = self.size, len(simple)
+        if end > len(self.simple):
+            capacity = max(64, 2 * len(self.simple), end)
+
+            def grown(old: np.ndarray) -> np.ndarray:
+                out = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
+                out[:start] = old[:start]
+                return out
+
+            self.simple = grown(self.simple)
+            self.node = grown(self.node)
+            self.freed = grown(self.freed)
+            self.rows = grown(self.rows)
+        self.simple[start:end] = simple[start:end]
+        for i in range(start, end):
+            if simple[i]:
+                node, freed, row = gots[i][3].items[0]  # type: ignore[union-attr]
+                self.node[i] = node
+                self.freed[i] = freed
+                self.rows[i] = row
+        self.size = end
 
 
 class _Pushed:
@@ -274,11 +386,14 @@ class PoolVictimQueue(JobQueue):
     def empty(self) -> bool:
         return all(leaf.peek() is None for leaf in self.leaves.values())
 
-    def fast_forward(self, state: AccumulatedState, recorded: set[Task]) -> bool:
+    def fast_forward(
+        self, state: AccumulatedState, recorded: set[Task], *, single: bool = False
+    ) -> bool:
         """Add whole-job batches to ``state`` straight from a single leaf while its
-        counting bound fails (no state would be yielded); True when it stopped because
-        the bound holds after a batch, False when the next job needs the full pop logic
-        (partial eviction, recorded victims, pushed views, several leaves) or none is left.
+        counting bound fails (no state would be yielded), or only the next one if
+        ``single``; True when it stopped because the bound holds after a batch (or one
+        was added), False when the next job needs the full pop logic (partial eviction,
+        recorded victims, pushed views, several leaves) or none is left.
 
         With one leaf no queue-order comparison ever happens, so popping is reading the
         leaf in order, as :meth:`pop` would.
@@ -290,9 +405,10 @@ class PoolVictimQueue(JobQueue):
             return False
         steps = self.cands.steps.get(name)
         if steps is None or steps.entries is not leaf.entries:
-            steps = self.cands.steps[name] = _LeafSteps(leaf.entries, self.cands)
+            width = len(self.ssn.state.resources)
+            steps = self.cands.steps[name] = _LeafSteps(leaf.entries, self.cands, width)
         leaf.head = None
-        done, leaf.pos = state.add_steps(steps, leaf.pos, recorded)
+        done, leaf.pos = state.add_steps(steps, leaf.pos, recorded, single=single)
         return done
 
     def __len__(self) -> int:
