@@ -177,7 +177,10 @@ class ProportionPlugin(Plugin):
                 q.name,
             ),
         )
-        zeros = np.zeros(len(QUEUE_RESOURCES))
+        # Fair share, allocated, allocated non-preemptible and request: each queue's
+        # arrays are its rows of one matrix per quantity, so they are made and filled
+        # in bulk.
+        fair, allocated, allocated_np, request = np.zeros((4, len(queues), len(QUEUE_RESOURCES)))
         for rank, q in enumerate(queues):
             self.shares[q.name] = QueueShare(
                 q.name,
@@ -187,19 +190,25 @@ class ProportionPlugin(Plugin):
                 q.deserved,
                 q.limit,
                 q.over_quota_weight,
-                zeros.copy(),
-                zeros.copy(),
-                zeros.copy(),
-                zeros.copy(),
+                fair[rank],
+                allocated[rank],
+                allocated_np[rank],
+                request[rank],
             )
-        self._accumulate(ssn)
+        self._accumulate(ssn, allocated, allocated_np, request)
 
-    def _accumulate(self, ssn: Session) -> None:
+    def _accumulate(
+        self,
+        ssn: Session,
+        allocated_out: np.ndarray,
+        allocated_np_out: np.ndarray,
+        request_out: np.ndarray,
+    ) -> None:
         """Charge the allocated pods and request the pending ones, in bulk.
 
-        Every queue's sums get the pods' vectors added in the order of jobs and tasks
-        (``np.add.at`` adds sequentially), so they are bit-identical to charging one
-        pod at a time.
+        Every queue's sums get the pods' vectors added in the order of jobs and tasks,
+        so they are bit-identical to charging one pod at a time.  The ``*_out``
+        matrices (one row per queue, in share order) receive the sums.
         """
         shares = self.shares
         qindex = {name: i for i, name in enumerate(shares)}
@@ -214,6 +223,7 @@ class ProportionPlugin(Plugin):
         np_rows: list[int] = []  # allocated pods charged as non-preemptible
         pending = TaskStatus.PENDING
         min_mem = self.min_gpu_memory
+        last_request, row = None, -1
         for job in ssn.jobs.values():
             queue = job.queue
             if queue not in shares or job.invalid_reason:
@@ -249,10 +259,12 @@ class ProportionPlugin(Plugin):
                     src.append(-len(special))
                 else:
                     request = task.request
-                    row = by_request.get(id(request))
-                    if row is None:
-                        row = by_request[id(request)] = len(sources)
-                        sources.append(request)
+                    if request is not last_request:  # neighbours mostly share it
+                        row = by_request.get(id(request), -1)
+                        if row < 0:
+                            row = by_request[id(request)] = len(sources)
+                            sources.append(request)
+                        last_request = request
                     src.append(row)
                 pid.append(path)
         if not src:
@@ -272,29 +284,38 @@ class ProportionPlugin(Plugin):
             path_mat[i, : len(p)] = p
         pod_paths = path_mat[np.array(pid, dtype=np.int64)]  # pods x width, leaf first
 
-        def add(target: np.ndarray, pods: np.ndarray) -> None:
-            events = pod_paths[pods].ravel()  # pod-major: the order of one-by-one charging
-            owners = np.repeat(pods, pod_paths.shape[1])
-            keep = events >= 0
-            events, values = events[keep], per_pod[owners[keep]]
-            # bincount adds the weights in input order onto zeros, as charging one pod
-            # at a time does (``target`` starts at zero), and is much faster than add.at.
-            for col in range(target.shape[1]):
-                target[:, col] = np.bincount(events, values[:, col], minlength=n_q)
-
-        every = np.arange(len(src), dtype=np.int64)
-        request = np.zeros((n_q, len(QUEUE_RESOURCES)))
-        add(request, every)
-        allocated = np.zeros((n_q, len(QUEUE_RESOURCES)))
-        allocated_np = np.zeros((n_q, len(QUEUE_RESOURCES)))
-        if alloc_rows:
-            add(allocated, np.array(alloc_rows, dtype=np.int64))
-        if np_rows:
-            add(allocated_np, np.array(np_rows, dtype=np.int64))
-        for i, share in enumerate(shares.values()):
-            share.request[...] = request[i]
-            share.allocated[...] = allocated[i]
-            share.allocated_non_preemptible[...] = allocated_np[i]
+        # Every pod's charge to each queue on its path, pod-major: the order in which
+        # charging one pod at a time adds them.
+        n_pods, k = len(src), len(QUEUE_RESOURCES)
+        events = pod_paths.ravel()
+        owners = np.repeat(np.arange(n_pods, dtype=np.int64), pod_paths.shape[1])
+        keep = events >= 0
+        events, owners = events[keep], owners[keep]
+        values = per_pod[owners]
+        allocated_pod = np.zeros(n_pods)
+        allocated_pod[alloc_rows] = 1.0
+        non_preemptible_pod = np.zeros(n_pods)
+        non_preemptible_pod[np_rows] = 1.0
+        # One bincount sums the request, allocated and non-preemptible sums of every
+        # queue and resource: it adds each bin's weights in input order onto zero, as
+        # charging one pod at a time does.  A pod a sum leaves out adds +0.0, which
+        # changes no sum.
+        bins = (events * k)[:, None] + np.arange(k, dtype=np.int64)
+        stride = n_q * k
+        sums = np.bincount(
+            np.concatenate([bins.ravel(), (bins + stride).ravel(), (bins + 2 * stride).ravel()]),
+            np.concatenate(
+                [
+                    values.ravel(),
+                    (values * allocated_pod[owners][:, None]).ravel(),
+                    (values * non_preemptible_pod[owners][:, None]).ravel(),
+                ]
+            ),
+            minlength=3 * stride,
+        ).reshape(3, n_q, k)
+        request_out[...] = sums[0]
+        allocated_out[...] = sums[1]
+        allocated_np_out[...] = sums[2]
 
     def ancestors(self, queue: str) -> list[str]:
         """The queue and its ancestors, leaf first."""
