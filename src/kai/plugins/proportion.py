@@ -386,13 +386,24 @@ class ProportionPlugin(Plugin):
             prio = np.array([s.priority for s in siblings], dtype=np.int64)
             rank = np.array([s.rank for s in siblings], dtype=np.int64)
             usage = np.zeros(len(siblings))
+            # Resource-major: row r holds every sibling's value for resource r.
+            deserved, limit, weight, request = np.ascontiguousarray(
+                np.array(
+                    [
+                        [s.deserved for s in siblings],
+                        [s.limit for s in siblings],
+                        [s.weight for s in siblings],
+                        [s.request for s in siblings],
+                    ]
+                ).transpose(0, 2, 1)
+            )
             for r in range(len(QUEUE_RESOURCES)):
                 fair = backend.divide_fair_share(
                     float(total[r]),
-                    np.array([s.deserved[r] for s in siblings]),
-                    np.array([s.limit[r] for s in siblings]),
-                    np.array([s.weight[r] for s in siblings]),
-                    np.array([s.request[r] for s in siblings]),
+                    deserved[r],
+                    limit[r],
+                    weight[r],
+                    request[r],
                     prio,
                     rank,
                     self.k_value,
