@@ -39,6 +39,7 @@ from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.api.resources import CPU, GPU, MEMORY
 from kai.framework.session import Decision, Session
+from kai.plugins.proportion import allocatable_shares
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
 
@@ -219,24 +220,26 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
     # time.
     default_keys: list[tuple] = []
+    # Bound once: these run for every job of a large session.
+    add_leaf, add_min, add_np_mode = job_leaf.append, job_min.append, job_np_mode.append
+    add_priority, add_default_key = job_priority.append, default_keys.append
+    add_task, add_start = tasks.append, job_start.append
     for j, job in enumerate(jobs):
         queue = job.queue
-        job_leaf.append(-1 if queue is None else qidx.get(queue, -1))
-        job_min.append(job.min_member)
-        job_np_mode.append(
-            2 if job.preemptibility == SEMI_PREEMPTIBLE else (0 if job.preemptible else 1)
-        )
-        job_priority.append(-job.priority)
+        add_leaf(-1 if queue is None else qidx.get(queue, -1))
+        add_min(job.min_member)
+        add_np_mode(2 if job.preemptibility == SEMI_PREEMPTIBLE else (0 if job.preemptible else 1))
+        add_priority(-job.priority)
         ts = job.creation_timestamp
-        default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
+        add_default_key((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
         job_tasks = job.tasks
         if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
             # The common case: a single pending pod.
             t = job_tasks[0]
             if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
                 return None  # shared GPUs: the slow path
-            tasks.append(t)
-            job_start.append(len(tasks))
+            add_task(t)
+            add_start(len(tasks))
             continue
         pending = []
         active = nonpipe = pipelined = allocset = 0
@@ -301,6 +304,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     sigs: list[int] = []
     nominated_at: list[tuple[int, int]] = []
     node_index = nodes.index
+    add_row, add_sig = rows.append, sigs.append
     last_request, row = None, -1  # neighbouring tasks mostly share their vector
     unconstrained = -1  # the constraint set of pods with none, once seen
     for i, t in enumerate(tasks):  # one pass: request rows and constraint sets
@@ -311,7 +315,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
                 row = by_id[id(request)] = len(sources)
                 sources.append(request)
             last_request = request
-        rows.append(row)
+        add_row(row)
         pod = t.pod
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
             key: Any = (
@@ -328,7 +332,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         else:
             s = unconstrained = sig_index[None] = len(sig_tasks)
             sig_tasks.append(t)
-        sigs.append(s)
+        add_sig(s)
         nominated = pod.nominated_node_name
         if nominated:
             nominated_at.append((i, node_index.get(nominated, -1)))
@@ -365,6 +369,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         cap_gpu = nodes.allocatable[:, GPU].copy()
 
     max_depth = ssn.config.queue_depth_per_action.get("allocate")
+    q_deserved, q_limit, q_fair = qmat("deserved"), qmat("limit"), qmat("fair_share")
     inputs = {
         "N": n_nodes,
         "R": n_res,
@@ -403,14 +408,10 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "key_kinds": np.array(kinds, dtype=np.int64),
         "q_path_start": np.array(path_start, dtype=np.int64),
         "q_path": np.array(path_items, dtype=np.int64),
-        "q_deserved": qmat("deserved"),
-        "q_limit": qmat("limit"),
-        "q_fair": qmat("fair_share"),
-        "q_allocatable": (
-            np.array([s.allocatable_share() for s in share_list], dtype=np.float64)
-            if share_list
-            else np.zeros((0, 3))
-        ),
+        "q_deserved": q_deserved,
+        "q_limit": q_limit,
+        "q_fair": q_fair,
+        "q_allocatable": allocatable_shares(q_deserved, q_fair, q_limit),
         "q_alloc": qmat("allocated"),
         "q_alloc_np": qmat("allocated_non_preemptible"),
         "q_priority": np.array([s.priority for s in share_list], dtype=np.int64),

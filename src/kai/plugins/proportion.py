@@ -46,6 +46,20 @@ UNLIMITED = -1.0
 QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
 
 
+def allocatable_shares(
+    deserved: np.ndarray, fair_share: np.ndarray, limit: np.ndarray
+) -> np.ndarray:
+    """What queues may hold: max(deserved, fair share), capped by the limit.
+
+    Elementwise, for one queue's vectors or a matrix of queues' rows; -1 (unlimited)
+    where both the quota and the limit are unlimited.
+    """
+    out = np.maximum(deserved, fair_share)
+    out = np.where(deserved == UNLIMITED, limit, out)
+    capped = np.where(limit != UNLIMITED, np.minimum(out, limit), out)
+    return np.where((deserved == UNLIMITED) & (limit == UNLIMITED), UNLIMITED, capped)
+
+
 @dataclass
 class QueueShare:
     """Per-queue accounting, arrays indexed [cpu, memory, gpu]."""
@@ -87,12 +101,7 @@ class QueueShare:
         cached = self.__dict__.get("_allocatable")
         if cached is not None and cached[0] == key:
             return cached[1]
-        out = np.maximum(self.deserved, self.fair_share)
-        out = np.where(self.deserved == UNLIMITED, self.limit, out)
-        capped = np.where(self.limit != UNLIMITED, np.minimum(out, self.limit), out)
-        value = np.where(
-            (self.deserved == UNLIMITED) & (self.limit == UNLIMITED), UNLIMITED, capped
-        )
+        value = allocatable_shares(self.deserved, self.fair_share, self.limit)
         value.flags.writeable = False
         self.__dict__["_allocatable"] = (key, value)
         return value
