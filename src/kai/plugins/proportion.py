@@ -301,26 +301,21 @@ class ProportionPlugin(Plugin):
         keep = events >= 0
         events, owners = events[keep], owners[keep]
         values = per_pod[owners]
-        allocated_pod = np.zeros(n_pods)
-        allocated_pod[alloc_rows] = 1.0
-        non_preemptible_pod = np.zeros(n_pods)
-        non_preemptible_pod[np_rows] = 1.0
         # One bincount sums the request, allocated and non-preemptible sums of every
-        # queue and resource: it adds each bin's weights in input order onto zero, as
-        # charging one pod at a time does.  A pod a sum leaves out adds +0.0, which
-        # changes no sum.
+        # queue and resource (bins offset by ``stride`` per sum): it adds each bin's
+        # weights in input order onto zero, as charging one pod at a time does.
         bins = (events * k)[:, None] + np.arange(k, dtype=np.int64)
         stride = n_q * k
+        all_bins, all_weights = [bins.ravel()], [values.ravel()]
+        for offset, rows_of in ((stride, alloc_rows), (2 * stride, np_rows)):
+            if rows_of:
+                member = np.zeros(n_pods, dtype=np.bool_)
+                member[rows_of] = True
+                chosen = member[owners]
+                all_bins.append((bins[chosen] + offset).ravel())
+                all_weights.append(values[chosen].ravel())
         sums = np.bincount(
-            np.concatenate([bins.ravel(), (bins + stride).ravel(), (bins + 2 * stride).ravel()]),
-            np.concatenate(
-                [
-                    values.ravel(),
-                    (values * allocated_pod[owners][:, None]).ravel(),
-                    (values * non_preemptible_pod[owners][:, None]).ravel(),
-                ]
-            ),
-            minlength=3 * stride,
+            np.concatenate(all_bins), np.concatenate(all_weights), minlength=3 * stride
         ).reshape(3, n_q, k)
         request_out[...] = sums[0]
         allocated_out[...] = sums[1]
