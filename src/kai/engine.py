@@ -11,13 +11,19 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from kai.actions import get_action
 from kai.api.errors import InputError
 from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
-from kai.api.preemptibility import SEMI_PREEMPTIBLE, published_status
+from kai.api.preemptibility import (
+    NON_PREEMPTIBLE,
+    PREEMPTIBLE,
+    SEMI_PREEMPTIBLE,
+    published_status,
+)
 from kai.config import SchedulerConfig, check_action_names
 from kai.framework.session import Decision, Session
 from kai.snapshot.builder import build_state
@@ -92,9 +98,10 @@ class PodGroupResult:
     reason: str | None
     explain: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    annotations: dict[str, str] = field(default_factory=dict)
+    # Read-only: groups with equal annotations (or statuses) share one mapping.
+    annotations: Mapping[str, str] = field(default_factory=dict)
     # What the PodGroup controller would write into the PodGroup's status.
-    status: dict[str, Any] = field(default_factory=dict)
+    status: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,9 +131,9 @@ class SessionResult:
                 "reason": g.reason,
             }
             if g.annotations:
-                entry["annotations"] = g.annotations
+                entry["annotations"] = dict(g.annotations)
             if g.status:
-                entry["status"] = g.status
+                entry["status"] = dict(g.status)
             if g.warnings:
                 entry["warnings"] = g.warnings
             if explain:
@@ -269,7 +276,7 @@ def _format_time(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _job_result(key: str, job: Job, formatted: dict[datetime, str]) -> PodGroupResult:
+def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult:
     tasks = job.tasks
     fit_errors = job.fit_errors
     reason = job.invalid_reason or None
@@ -301,11 +308,6 @@ def _job_result(key: str, job: Job, formatted: dict[datetime, str]) -> PodGroupR
                 reason = _IDLE_REASON
             else:
                 reason = _NOT_SCHEDULED_REASON
-    annotations = {}
-    if job.new_start_timestamp is not None:
-        annotations[LAST_START_ANNOTATION] = _format_cached(job.new_start_timestamp, formatted)
-    if job.stale_since_set is not None:
-        annotations[STALE_ANNOTATION] = _format_cached(job.stale_since_set, formatted)
     preemptibility = job.preemptibility
     # The job's lists are handed over: the session is released after collection.
     return PodGroupResult(
@@ -317,10 +319,8 @@ def _job_result(key: str, job: Job, formatted: dict[datetime, str]) -> PodGroupR
         reason,
         fit_errors,
         job.warnings,
-        annotations,
-        published_status(job)
-        if preemptibility == SEMI_PREEMPTIBLE
-        else {"preemptibility": preemptibility},
+        annotations(job.new_start_timestamp, job.stale_since_set),
+        published_status(job) if preemptibility == SEMI_PREEMPTIBLE else _STATUS_OF[preemptibility],
     )
 
 
@@ -329,11 +329,35 @@ _IDLE_REASON = "no pods to schedule"
 _NOT_SCHEDULED_REASON = "not scheduled in this session"
 
 
-def _format_cached(ts: datetime, formatted: dict[datetime, str]) -> str:
-    text = formatted.get(ts)
-    if text is None:
-        text = formatted[ts] = _format_time(ts)
-    return text
+# The status published for a group that is not semi-preemptible, shared read-only.
+_STATUS_OF = {
+    value: MappingProxyType({"preemptibility": value}) for value in (PREEMPTIBLE, NON_PREEMPTIBLE)
+}
+
+
+class _Annotations:
+    """The PodGroup annotations of a result, one shared read-only mapping per content.
+
+    A session stamps every job it starts with the same time, so 100,000 groups need
+    a handful of distinct mappings, not 100,000 dictionaries.
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[datetime | None, datetime | None], Mapping[str, str]] = {}
+
+    def __call__(
+        self, last_start: datetime | None, stale_since: datetime | None = None
+    ) -> Mapping[str, str]:
+        key = (last_start, stale_since)
+        made = self._made.get(key)
+        if made is None:
+            values = {}
+            if last_start is not None:
+                values[LAST_START_ANNOTATION] = _format_time(last_start)
+            if stale_since is not None:
+                values[STALE_ANNOTATION] = _format_time(stale_since)
+            made = self._made[key] = MappingProxyType(values)
+        return made
 
 
 def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> SessionResult:
@@ -342,7 +366,7 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     Lists the session built (decisions' GPU groups, jobs' fit errors and warnings) are
     handed to the result rather than copied: collect once, then release the session.
     """
-    formatted: dict[datetime, str] = {}
+    annotations = _Annotations()
     decisions = ssn.decisions
     for d in decisions:
         task = d.task
@@ -352,9 +376,7 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
         if d.type == "bind":
             job = task.job
             if job is not None and (last_start := job.new_start_timestamp) is not None:
-                d.pod_group_annotations = {
-                    LAST_START_ANNOTATION: _format_cached(last_start, formatted)
-                }
+                d.pod_group_annotations = annotations(last_start)
         d.task = None  # the result does not keep the session's state alive
     names = ssn.nodes.names
     pending = TaskStatus.PENDING
@@ -370,7 +392,7 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     ]
     pods = dict(sorted(zip(keys, results)))  # keys are unique: results never compared
     jobs = ssn.jobs
-    groups = {key: _job_result(key, jobs[key], formatted) for key in sorted(jobs)}
+    groups = {key: _job_result(key, jobs[key], annotations) for key in sorted(jobs)}
     queues = {}
     for name in sorted(ssn.queues):
         fair = ssn.queue_info("queue_fair_share", name) or {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -55,8 +55,9 @@ class Decision:
     gpu_groups: list[str] = field(default_factory=list)
     reason: str | None = None
     pod: str = ""  # namespace/name
-    # What the bind writes into the PodGroup (its last start time), if anything.
-    pod_group_annotations: dict[str, str] | None = None
+    # What the bind writes into the PodGroup (its last start time), if anything;
+    # read-only, shared by the decisions that write the same.
+    pod_group_annotations: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -70,7 +71,7 @@ class Decision:
         if self.reason is not None:
             out["reason"] = self.reason
         if self.pod_group_annotations:
-            out["podGroupAnnotations"] = self.pod_group_annotations
+            out["podGroupAnnotations"] = dict(self.pod_group_annotations)
         return out
 
 
