@@ -155,10 +155,16 @@ def _default_key(x: Job | Task) -> tuple:
     return ((1, 0.0) if ts is None else (0, ts), x.uid)
 
 
-def _task_key_fns(ssn: Session) -> list:
+def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]]:
+    """The registered task-order keys, and the pod labels they read.
+
+    A pod without any of those labels gets the same value from every key, so a gang
+    whose pods carry none of them is ordered by the default key alone.
+    """
     from kai.plugins.ordering import (
         KUBEFLOW_ROLE_LABEL,
         RAY_NODE_TYPE_LABEL,
+        TASK_PRIORITY_LABEL,
         _task_priority,
     )
 
@@ -172,8 +178,13 @@ def _task_key_fns(ssn: Session) -> list:
     def ray(task: Task) -> int:
         return 0 if task.pod.labels.get(RAY_NODE_TYPE_LABEL) == "head" else 1
 
-    fns = {"taskorder": taskorder, "kubeflow": kubeflow, "ray": ray}
-    return [fns[reg.plugin] for reg in ssn.registered("task_order")]
+    fns = {
+        "taskorder": (taskorder, TASK_PRIORITY_LABEL),
+        "kubeflow": (kubeflow, KUBEFLOW_ROLE_LABEL),
+        "ray": (ray, RAY_NODE_TYPE_LABEL),
+    }
+    chosen = [fns[reg.plugin] for reg in ssn.registered("task_order")]
+    return [fn for fn, _ in chosen], frozenset(label for _, label in chosen)
 
 
 def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
@@ -207,7 +218,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         return np.array([getattr(s, attr) for s in share_list], dtype=np.float64)
 
     # ---- tasks and jobs
-    task_keys = _task_key_fns(ssn)
+    task_keys, key_labels = _task_key_fns(ssn)
     pending_status = TaskStatus.PENDING
     tasks: list[Task] = []
     job_start = [0]
@@ -264,8 +275,9 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
             # Lexicographic (task_keys..., default) as stable sorts, last key first:
             # one cheap key call per task and pass instead of a tuple per task.
             pending.sort(key=_default_key)
-            for key_fn in reversed(task_keys):
-                pending.sort(key=key_fn)
+            if any(not key_labels.isdisjoint(t.pod.labels) for t in pending):
+                for key_fn in reversed(task_keys):
+                    pending.sort(key=key_fn)
         tasks.extend(pending)
         job_start.append(len(tasks))
         if active or allocset:
