@@ -265,3 +265,29 @@ def test_namespace_allocation_tracker_example_plugin():
 
     get_action("allocate")(ssn)
     assert dict(ssn.cache["namespace-allocation-tracker"]) == {"ns1": 2, "ns2": 1}
+
+
+def test_a_session_frees_its_state_without_the_cyclic_collector():
+    """Tasks, jobs and plugins are gone when run_session returns, not left for a GC pass."""
+    import gc
+
+    from kai.api.model import Job, Task
+    from kai.bench_clusters import kai_topology
+
+    snap = kai.Snapshot(kai_topology(10, "mixed").objects())
+    kai.run_session(snap, now=NOW)  # imports and caches warmed
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        result = kai.run_session(snap, now=NOW)
+        gc.collect()
+        leftovers = [o for o in gc.garbage if isinstance(o, (Task, Job))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+    assert result.decisions and len(result.pods) == 50
+    assert leftovers == []

@@ -546,4 +546,4 @@ class ClusterState:
     def release(self) -> None:
         """Break the task <-> job cycles so the state is freed by reference counting."""
         for job in self.jobs.values():
-            job.tasks = []
+            job.tasks.clear()
