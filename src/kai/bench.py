@@ -14,8 +14,8 @@ costs), and measures memory in a separate, traced run:
 
 Times are medians over ``--repeat`` sessions after one warm-up session (which also
 compiles numba kernels; its time is reported as ``warmup_s``).  Before each timed
-session the previous session's result is dropped and the cyclic collector run, so a
-timing holds one session's work, not the harness's clean-up of the one before.
+session the previous session's result is dropped, so a timing holds one session's
+work, not the harness freeing the result it kept from the one before.
 """
 
 from __future__ import annotations
@@ -289,11 +289,11 @@ def run_scenario(
     res = session()
     result.warmup_s = time.perf_counter() - t0
     runs = []
+    gc.collect()
     for _ in range(max(repeat, 1)):
-        # Each timed session starts as a scheduler's next cycle does: the previous
-        # result dropped, and no collector work left over from it.
+        # Each timed session starts as a scheduler's next cycle does: with the
+        # previous result dropped (a forced collection here would only evict caches).
         res = None
-        gc.collect()
         t0 = time.perf_counter()
         res = session()
         runs.append(time.perf_counter() - t0)
