@@ -316,6 +316,19 @@ class GpuGroup:
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+def _gpu_memory_mib(raw: str) -> float:
+    """A device's memory in MiB from the nvidia.com/gpu.memory label (0: unknown)."""
+    try:
+        mem = int(raw)
+    except ValueError:
+        return 0.0  # not an integer: the memory is unknown, as in KAI
+    if mem >= 1024 * 1024:  # values this large are bytes
+        mem = mem // (1024 * 1024)
+    # Floored to a multiple of 100 MiB, as KAI does, so that fractions and memory
+    # requests convert the same way.
+    return float(max(mem, 0) - max(mem, 0) % 100)
+
+
 class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
@@ -351,19 +364,16 @@ class NodeTable:
         self.gpu_groups: list[dict[str, GpuGroup]] = [{} for _ in range(n)]
         self.tasks: list[set[Task]] = [set() for _ in range(n)]
         # GPU memory per device in MiB, from the label nvidia.com/gpu.memory (0 = unknown).
-        self.gpu_memory_mib = np.zeros(n, dtype=np.float64)
-        for i, node in enumerate(nodes):
+        # Nodes of one kind share the label's value: each distinct value is parsed once.
+        parsed: dict[str | None, float] = {None: 0.0, "": 0.0}
+        memory = []
+        for node in nodes:
             raw = node.labels.get("nvidia.com/gpu.memory")
-            if raw:
-                try:
-                    mem = int(raw)
-                except ValueError:
-                    mem = 0  # not an integer: the memory is unknown, as in KAI
-                if mem >= 1024 * 1024:  # values this large are bytes
-                    mem = mem // (1024 * 1024)
-                # Floored to a multiple of 100 MiB, as KAI does, so that fractions and
-                # memory requests convert the same way.
-                self.gpu_memory_mib[i] = max(mem, 0) - max(mem, 0) % 100
+            mib = parsed.get(raw)
+            if mib is None:
+                mib = parsed[raw] = _gpu_memory_mib(raw)
+            memory.append(mib)
+        self.gpu_memory_mib = np.array(memory, dtype=np.float64).reshape(n)
         self.schedulable = np.array(
             [n.ready and not n.unschedulable and not n.pressure_conditions for n in nodes],
             dtype=np.bool_,
