@@ -244,17 +244,14 @@ class ReclaimRules:
             # lose the chunks one by one.  The reclaimer's side does not depend on the
             # chunk.
             if isinstance(chunks, list):
-                reclaimer_fits: bool | None = None
                 for chunk in chunks:
-                    if not fits_maintain_fair_share(reclaimee, held):
-                        if reclaimer_fits is None:
-                            reclaimer_fits = reclaimer_fits_deserved(reclaimer, request)
-                        if not (reclaimer_fits and reclaimee_exceeds_deserved(reclaimee, held)):
-                            return False
+                    if not fits_strategy(request, reclaimer, reclaimee, held):
+                        return False
                     for row in rows:
                         row -= chunk
                 continue
-            # The same for all chunks at once (``subtract.accumulate`` subtracts in order).
+            # fits_strategy for all chunks at once (``subtract.accumulate`` subtracts in
+            # order).
             steps = np.subtract.accumulate(np.vstack([held, chunks]), axis=0)
             before = steps[:-1]
             maintained = ~_le_rows(before, reclaimee.allocatable_share())
