@@ -135,41 +135,22 @@ def build_state(
             else:
                 created = earliest([p.creation_timestamp for p in pods])
         # Positional (uid, name, namespace, queue, priority, min_member, preemptible,
-        # preemptibility, creation_timestamp, tasks, pod_group, last_start_timestamp,
-        # stale_timestamp, last_eviction_timestamp, staleness_grace_period,
-        # preemption_delay): one call, no attribute set twice.
-        if pg is not None:
-            job = Job(
-                uid,
-                name,
-                namespace,
-                queue,
-                priority,
-                min_member,
-                pre.preemptible,
-                pre.value,
-                created,
-                [],
-                pg,
-                pg.last_start_timestamp,
-                pg.stale_timestamp,
-                pg.last_eviction_timestamp,
-                pg.staleness_grace_period,
-                pg.preemption_delay,
-            )
-        else:
-            job = Job(
-                uid,
-                name,
-                namespace,
-                queue,
-                priority,
-                min_member,
-                pre.preemptible,
-                pre.value,
-                created,
-                [],
-            )
+        # preemptibility, creation_timestamp, tasks, then what the PodGroup carries:
+        # pod_group, last_start_timestamp, stale_timestamp, last_eviction_timestamp,
+        # staleness_grace_period, preemption_delay): one call, no attribute set twice.
+        job = Job(
+            uid,
+            name,
+            namespace,
+            queue,
+            priority,
+            min_member,
+            pre.preemptible,
+            pre.value,
+            created,
+            [],
+            *_pod_group_fields(pg),
+        )
         if pre.warning:
             job.warnings.append(pre.warning)
         tasks = job.tasks
@@ -316,6 +297,20 @@ def _owner_index(others: list[GenericObject]) -> dict[str, dict]:
 
 
 _UNSEEN = object()
+
+
+def _pod_group_fields(pg: PodGroupObject | None) -> tuple:
+    """Job's fields from ``pod_group`` on, as its PodGroup sets them (none without one)."""
+    if pg is None:
+        return ()
+    return (
+        pg,
+        pg.last_start_timestamp,
+        pg.stale_timestamp,
+        pg.last_eviction_timestamp,
+        pg.staleness_grace_period,
+        pg.preemption_delay,
+    )
 
 
 def _pod_name(pod: PodObject) -> str:
