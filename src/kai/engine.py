@@ -279,35 +279,33 @@ def _format_time(ts: datetime) -> str:
 def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult:
     tasks = job.tasks
     fit_errors = job.fit_errors
-    reason = job.invalid_reason or None
     if len(tasks) == 1:
         # One pod (most jobs of a large cluster): test its status once.
         status = tasks[0].status
         scheduled = status in _SCHEDULED and job.min_member <= 1
-        if not scheduled and reason is None:
-            if status is TaskStatus.PIPELINED:
-                reason = _PIPELINED_REASON
-            elif fit_errors:
-                reason = fit_errors[0]  # the first action to try it (allocate) says most
-            elif status not in ACTIVE_ALLOCATED and status is not TaskStatus.PENDING:
-                reason = _IDLE_REASON
-            else:
-                reason = _NOT_SCHEDULED_REASON
-    elif not tasks:
-        scheduled = False
-        reason = "PodGroup has no pods in the snapshot"
+        pipelined = status is TaskStatus.PIPELINED
+        idle = status not in ACTIVE_ALLOCATED and status is not TaskStatus.PENDING
     else:
         # The gang runs (or binds now); elastic pods beyond it may still wait.
-        scheduled = job.count(_SCHEDULED) >= max(job.min_member, 1)
-        if not scheduled and reason is None:
-            if any(t.status is TaskStatus.PIPELINED for t in tasks):
-                reason = _PIPELINED_REASON
-            elif fit_errors:
-                reason = fit_errors[0]
-            elif job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending():
-                reason = _IDLE_REASON
-            else:
-                reason = _NOT_SCHEDULED_REASON
+        scheduled = bool(tasks) and job.count(_SCHEDULED) >= max(job.min_member, 1)
+        pipelined = idle = False
+        if not scheduled and tasks:
+            pipelined = any(t.status is TaskStatus.PIPELINED for t in tasks)
+            idle = job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending()
+    if not tasks:
+        reason = "PodGroup has no pods in the snapshot"
+    elif job.invalid_reason:
+        reason = job.invalid_reason
+    elif scheduled:
+        reason = None
+    elif pipelined:
+        reason = "pipelined: waiting for resources that are being released"
+    elif fit_errors:
+        reason = fit_errors[0]  # the first action to try it (allocate) says most
+    elif idle:
+        reason = "no pods to schedule"
+    else:
+        reason = "not scheduled in this session"
     preemptibility = job.preemptibility
     # The job's lists are handed over: the session is released after collection.
     return PodGroupResult(
@@ -322,11 +320,6 @@ def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult
         annotations(job.new_start_timestamp, job.stale_since_set),
         published_status(job) if preemptibility == SEMI_PREEMPTIBLE else _STATUS_OF[preemptibility],
     )
-
-
-_PIPELINED_REASON = "pipelined: waiting for resources that are being released"
-_IDLE_REASON = "no pods to schedule"
-_NOT_SCHEDULED_REASON = "not scheduled in this session"
 
 
 # The status published for a group that is not semi-preemptible, shared read-only.
