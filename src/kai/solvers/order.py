@@ -60,25 +60,24 @@ class SortedJobQueue(JobQueue):
         self.heads: dict[str, int] = {}  # per leaf, the index of its next job
         for job in jobs:
             self._seq += 1
-            leaf = job.queue or ""
-            entries = self.leaves.get(leaf)
-            if entries is None:
-                entries = self.leaves[leaf] = []
-                self.heads[leaf] = 0
-                self._link(leaf)
-            entries.append((key(job), self._seq, job))
+            self._entries(job.queue or "").append((key(job), self._seq, job))
         for entries in self.leaves.values():
             entries.sort()
         # Leaves with jobs left: with one, popping needs no queue comparison.
         self.live = {leaf for leaf, entries in self.leaves.items() if entries}
 
-    def push(self, job: Job) -> None:
-        leaf = job.queue or ""
+    def _entries(self, leaf: str) -> list[tuple[Any, int, Job]]:
+        """The leaf's sorted entries, made (and linked into the tree) on first use."""
         entries = self.leaves.get(leaf)
         if entries is None:
             entries = self.leaves[leaf] = []
             self.heads[leaf] = 0
             self._link(leaf)
+        return entries
+
+    def push(self, job: Job) -> None:
+        leaf = job.queue or ""
+        entries = self._entries(leaf)
         self._seq += 1
         insort(entries, (self._key(job), self._seq, job), lo=self.heads[leaf])
         self.live.add(leaf)
