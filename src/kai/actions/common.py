@@ -16,6 +16,9 @@ from kai.framework.statement import Statement
 # ----------------------------------------------------------------- job selection
 def tasks_to_allocate(ssn: Session, job: Job) -> list[Task]:
     """The next chunk of a job to place: the gang up to minMember, then one task at a time."""
+    if len(job.tasks) == 1:  # one pod (most jobs): nothing to order or count
+        task = job.tasks[0]
+        return [task] if task.should_allocate() else []
     pending = ssn.sorted_tasks(t for t in job.tasks if t.should_allocate())
     if not pending:
         return []

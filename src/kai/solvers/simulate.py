@@ -98,14 +98,8 @@ class _GpuRoom:
     def may_place(self, job: Job) -> bool:
         from kai.actions.common import tasks_to_allocate
 
-        if len(job.tasks) == 1:
-            # what tasks_to_allocate gives a one-pod job: the pod, if it is to be placed
-            task = job.tasks[0]
-            place = task.should_allocate() and not task.is_shared_gpu
-            need = float(task.request[GPU]) if place else 0.0
-        else:
-            tasks = tasks_to_allocate(self.ssn, job)
-            need = max((float(t.request[GPU]) for t in tasks if not t.is_shared_gpu), default=0.0)
+        tasks = tasks_to_allocate(self.ssn, job)
+        need = max((float(t.request[GPU]) for t in tasks if not t.is_shared_gpu), default=0.0)
         return need <= 0 or self.fits(need)
 
 
