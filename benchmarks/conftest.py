@@ -18,6 +18,10 @@ from kai.actions import action_names  # noqa: E402
 from kai.bench import SCENARIOS  # noqa: E402
 from kai.bench_clusters import NOW  # noqa: E402
 from kai.engine import Snapshot, run_session  # noqa: E402
+from kai.memory import retain_memory  # noqa: E402
+
+# As ``kai bench`` and the live scheduler run: freed session memory is kept for reuse.
+retain_memory()
 
 SIZE = os.environ.get("KAI_BENCH_SIZE", "small")
 

@@ -24,6 +24,7 @@
 #include "kai/fairshare.hpp"
 #include "kai/fit.hpp"
 #include "kai/loadaware.hpp"
+#include "kai/memory.hpp"
 #include "kai/solver.hpp"
 #include "kai/score.hpp"
 
@@ -378,6 +379,12 @@ PYBIND11_MODULE(_native, m) {
   m.def("loadaware_score", &loadaware_score, py::arg("existing"), py::arg("incoming"),
         py::arg("allocatable"), py::arg("weights"), py::arg("dominant_weight"),
         py::arg("valid"), "Koordinator load-aware least-used score (0..100) per node.");
+
+  // memory
+  m.def("retain_arenas", &kai::memory::retain_arenas, py::arg("max_bytes"),
+        "Keep freed object arenas mapped for reuse, up to max_bytes (0: none).");
+  m.def("cached_arena_bytes", &kai::memory::cached_bytes,
+        "Bytes of freed object arenas the cache holds now.");
 
   // solver
   m.def("idle_gpus_fit", &idle_gpus_fit, py::arg("capacity"), py::arg("requests"),

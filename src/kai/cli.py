@@ -40,6 +40,9 @@ class _Group(click.Group):
 @click.version_option(package_name="kai")
 def main() -> None:
     """kai: a batch and GPU scheduling engine for Kubernetes."""
+    from kai.memory import retain_memory
+
+    retain_memory()  # sessions reuse the memory the previous one freed
 
 
 _backend_option = click.option(
