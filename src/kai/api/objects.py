@@ -76,7 +76,7 @@ class PreferredSchedulingTerm:
     preference: NodeSelectorTerm
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeObject:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
@@ -90,7 +90,7 @@ class NodeObject:
     source: Source | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class PodObject:
     name: str
     namespace: str
@@ -128,7 +128,7 @@ class PodObject:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass
+@dataclass(slots=True)
 class PodGroupObject:
     name: str
     namespace: str
