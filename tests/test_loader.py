@@ -225,10 +225,10 @@ def test_pod_fields():
     assert (p.name, p.namespace, p.uid, p.key) == ("train-0", "team-a", "uid-1", "team-a/train-0")
     assert p.labels == {"kai.scheduler/queue": "q1", "runai-gpu-group": "g1"}
     assert p.annotations == {"pod-group-name": "pg-1", "gpu-fraction": "0.5"}
-    assert p.owner_references == [
+    assert p.owner_references == (
         OwnerReference("Job", "train", "job-uid", True),
         OwnerReference("ConfigMap", "cm", "", False),
-    ]
+    )
     assert p.creation_timestamp == datetime(2024, 5, 1, 10, tzinfo=UTC)
     assert p.deletion_timestamp == datetime(2024, 5, 1, 10, tzinfo=UTC)
     assert p.scheduler_name == "kai-scheduler"
@@ -246,10 +246,10 @@ def test_pod_fields():
     (pref,) = p.preferred_node_affinity
     assert pref.weight == 10
     assert pref.preference.match_expressions == (SelectorRequirement("rank", "Gt", ("3",)),)
-    assert p.tolerations == [
+    assert p.tolerations == (
         Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),
         Toleration("a", "Equal", "b", ""),
-    ]
+    )
     # gpu has a limit but no request: the request defaults to the limit
     assert p.requests == {"cpu": 750.0, "memory": GI, "nvidia.com/gpu": 1.0}
     # cpu is limited in every container; memory and gpu only in one
@@ -265,7 +265,7 @@ def test_pod_defaults():
     assert p.namespace == "default"
     assert p.scheduler_name == "default-scheduler"
     assert p.node_name is None and p.priority is None and p.priority_class_name is None
-    assert p.required_node_affinity is None and p.preferred_node_affinity == []
+    assert p.required_node_affinity is None and p.preferred_node_affinity == ()
     assert p.requests == {} and p.limits == {}
     assert p.phase == "Pending" and p.conditions == {}
     assert p.start_time is None and p.creation_timestamp is None
@@ -468,7 +468,7 @@ def test_pod_group_fields():
     (pg,) = load(PODGROUP).pod_groups
     assert (pg.name, pg.namespace, pg.uid, pg.key) == ("pg-1", "team-a", "pg-uid", "team-a/pg-1")
     assert pg.labels == {"kai.scheduler/queue": "q1"}
-    assert pg.owner_references == [OwnerReference("Job", "train", "j", False)]
+    assert pg.owner_references == (OwnerReference("Job", "train", "j", False),)
     assert pg.creation_timestamp == datetime(2024, 5, 1, 8, tzinfo=UTC)
     assert pg.min_member == 4
     assert pg.queue == "q1"
@@ -1181,7 +1181,7 @@ def test_unknown_kinds():
     ]
     job = c.others[0]
     assert job.uid == "u" and job.labels == {"a": "b"}
-    assert job.owner_references == [OwnerReference("JobSet", "js", "", True)]
+    assert job.owner_references == (OwnerReference("JobSet", "js", "", True),)
     assert c.nodes == []
 
 

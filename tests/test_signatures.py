@@ -60,8 +60,8 @@ def test_pod_signature_is_stable_and_ignores_names_and_requests():
 
 def test_different_tolerations_are_not_equivalent():
     base = PodObject("a", "ns")
-    tol = PodObject("a", "ns", tolerations=[Toleration("gpu", "Exists", "", "NoSchedule")])
-    other = PodObject("a", "ns", tolerations=[Toleration("gpu", "Exists", "", "NoExecute")])
+    tol = PodObject("a", "ns", tolerations=(Toleration("gpu", "Exists", "", "NoSchedule"),))
+    other = PodObject("a", "ns", tolerations=(Toleration("gpu", "Exists", "", "NoExecute"),))
     assert len({pod_signature(base), pod_signature(tol), pod_signature(other)}) == 3
 
 
@@ -72,7 +72,7 @@ def test_different_selectors_and_affinities_are_not_equivalent():
         PodObject("a", "ns", node_selector={"zone": "a"}),
         PodObject("a", "ns", node_selector={"zone": "b"}),
         PodObject("a", "ns", required_node_affinity=[term]),
-        PodObject("a", "ns", preferred_node_affinity=[PreferredSchedulingTerm(1, term)]),
+        PodObject("a", "ns", preferred_node_affinity=(PreferredSchedulingTerm(1, term),)),
         PodObject("a", "ns", priority=100),
         PodObject("a", "ns", priority_class_name="build"),
     ]

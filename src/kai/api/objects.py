@@ -97,7 +97,7 @@ class PodObject:
     uid: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
-    owner_references: list[OwnerReference] = field(default_factory=list)
+    owner_references: tuple[OwnerReference, ...] = ()
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
     scheduler_name: str = "default-scheduler"
@@ -107,8 +107,8 @@ class PodObject:
     node_selector: dict[str, str] = field(default_factory=dict)
     # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms (ORed); None = none.
     required_node_affinity: list[NodeSelectorTerm] | None = None
-    preferred_node_affinity: list[PreferredSchedulingTerm] = field(default_factory=list)
-    tolerations: list[Toleration] = field(default_factory=list)
+    preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
     # Effective pod request: max(sum of containers, max of init containers) + overhead.
     requests: dict[str, float] = field(default_factory=dict)
     # Sum of container limits (a resource with no limit in some container is absent).
@@ -119,7 +119,7 @@ class PodObject:
     condition_times: dict[str, datetime] = field(default_factory=dict)
     nominated_node_name: str | None = None
     # spec.schedulingGates names: a gated pod is not scheduled until they are removed.
-    scheduling_gates: list[str] = field(default_factory=list)
+    scheduling_gates: tuple[str, ...] = ()
     start_time: datetime | None = None
     source: Source | None = None
 
@@ -135,7 +135,7 @@ class PodGroupObject:
     uid: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
-    owner_references: list[OwnerReference] = field(default_factory=list)
+    owner_references: tuple[OwnerReference, ...] = ()
     creation_timestamp: datetime | None = None
     min_member: int | None = None
     queue: str | None = None
@@ -224,7 +224,7 @@ class GenericObject:
     namespace: str | None
     uid: str = ""
     labels: dict[str, str] = field(default_factory=dict)
-    owner_references: list[OwnerReference] = field(default_factory=list)
+    owner_references: tuple[OwnerReference, ...] = ()
 
 
 @dataclass

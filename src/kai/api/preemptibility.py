@@ -71,7 +71,7 @@ _BY_PRIORITY = {v: Preemptibility(v, SOURCE_PRIORITY) for v in (PREEMPTIBLE, NON
 
 class _Owned(Protocol):
     namespace: str | None
-    owner_references: list[OwnerReference]
+    owner_references: Sequence[OwnerReference]
 
 
 OwnerLookup = Callable[[str, OwnerReference], "GenericObject | None"]

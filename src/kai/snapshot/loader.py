@@ -273,9 +273,9 @@ def _resource_list(ctx: _Ctx, value: Any, field: str) -> dict[str, float]:
     return out
 
 
-def _owner_references(ctx: _Ctx, value: Any, field: str) -> list[OwnerReference]:
+def _owner_references(ctx: _Ctx, value: Any, field: str) -> tuple[OwnerReference, ...]:
     if not value:
-        return []
+        return ()
     out = []
     for i, ref in enumerate(_list(ctx, value, field)):
         f = f"{field}[{i}]"
@@ -294,7 +294,7 @@ def _owner_references(ctx: _Ctx, value: Any, field: str) -> list[OwnerReference]
                 controller=_bool(ctx, ref.get("controller"), f + ".controller"),
             )
         )
-    return out
+    return tuple(out)
 
 
 def _requirement(ctx: _Ctx, value: Any, field: str) -> SelectorRequirement:
@@ -529,8 +529,8 @@ def _parse_pod(ctx: _Ctx, obj: dict, meta: dict, name: str, namespace: str) -> P
         ),
         node_selector=_str_map(ctx, spec.get("nodeSelector"), "spec.nodeSelector"),
         required_node_affinity=required,
-        preferred_node_affinity=preferred,
-        tolerations=tolerations,
+        preferred_node_affinity=tuple(preferred),
+        tolerations=tuple(tolerations),
         requests=requests,
         limits=limits,
         phase=_str(ctx, status.get("phase"), "status.phase") or "Pending",
@@ -545,13 +545,13 @@ def _parse_pod(ctx: _Ctx, obj: dict, meta: dict, name: str, namespace: str) -> P
     )
 
 
-def _scheduling_gates(ctx: _Ctx, value: Any) -> list[str]:
+def _scheduling_gates(ctx: _Ctx, value: Any) -> tuple[str, ...]:
     field = "spec.schedulingGates"
     out = []
     for i, gate in enumerate(_list(ctx, value, field)):
         f = f"{field}[{i}]"
         out.append(_str(ctx, _map(ctx, gate, f).get("name"), f + ".name") or "")
-    return out
+    return tuple(out)
 
 
 def _parse_pod_group(ctx: _Ctx, obj: dict, meta: dict, name: str, namespace: str) -> PodGroupObject:
