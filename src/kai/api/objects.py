@@ -12,6 +12,7 @@ quantities are already numbers in canonical units, timestamps are timezone-aware
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -79,8 +80,8 @@ class PreferredSchedulingTerm:
 @dataclass(slots=True)
 class NodeObject:
     name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     taints: list[Taint] = field(default_factory=list)
     unschedulable: bool = False
     allocatable: dict[str, float] = field(default_factory=dict)
@@ -95,8 +96,8 @@ class PodObject:
     name: str
     namespace: str
     uid: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     owner_references: tuple[OwnerReference, ...] = ()
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
@@ -104,7 +105,7 @@ class PodObject:
     node_name: str | None = None
     priority: int | None = None
     priority_class_name: str | None = None
-    node_selector: dict[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
     # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms (ORed); None = none.
     required_node_affinity: list[NodeSelectorTerm] | None = None
     preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = ()
@@ -114,9 +115,9 @@ class PodObject:
     # Sum of container limits (a resource with no limit in some container is absent).
     limits: dict[str, float] = field(default_factory=dict)
     phase: str = "Pending"
-    conditions: dict[str, str] = field(default_factory=dict)  # type -> status
+    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status
     # type -> lastTransitionTime, for conditions that give one (load-aware estimation)
-    condition_times: dict[str, datetime] = field(default_factory=dict)
+    condition_times: Mapping[str, datetime] = field(default_factory=dict)
     nominated_node_name: str | None = None
     # spec.schedulingGates names: a gated pod is not scheduled until they are removed.
     scheduling_gates: tuple[str, ...] = ()
@@ -133,8 +134,8 @@ class PodGroupObject:
     name: str
     namespace: str
     uid: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     owner_references: tuple[OwnerReference, ...] = ()
     creation_timestamp: datetime | None = None
     min_member: int | None = None
@@ -168,7 +169,7 @@ class QueueObject:
     parent: str | None = None
     priority: int = 100
     display_name: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
     # keys "gpu", "cpu", "memory"; a missing key means the CRD zero values.
     resources: dict[str, QueueResource] = field(default_factory=dict)
     preempt_min_runtime: float | None = None  # seconds; None = inherit
@@ -223,7 +224,7 @@ class GenericObject:
     name: str
     namespace: str | None
     uid: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
     owner_references: tuple[OwnerReference, ...] = ()
 
 

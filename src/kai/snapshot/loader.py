@@ -19,8 +19,9 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -164,9 +165,11 @@ def _nonempty_str(ctx: _Ctx, value: Any, field: str) -> str | None:
     return s or None
 
 
-def _str_map(ctx: _Ctx, value: Any, field: str) -> dict[str, str]:
-    if value is None:
-        return {}
+def _str_map(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
+    if not value:
+        if value is None or isinstance(value, dict):
+            return _EMPTY_MAP
+        raise ctx.error(f"expected a map of strings, got {_type_name(value)}", field)
     if not isinstance(value, dict):
         raise ctx.error(f"expected a map of strings, got {_type_name(value)}", field)
     out: dict[str, str] = {}
@@ -183,6 +186,12 @@ def _str_map(ctx: _Ctx, value: Any, field: str) -> dict[str, str]:
             raise ctx.error(f"expected a string, got {_type_name(v)}", _key_path(field, key))
         out[key] = s
     return out
+
+
+# Parsed objects are read-only: every empty map is this one (most pods have no node
+# selector, conditions, ...), which saves a dictionary per field and keeps a session's
+# per-pod tests on one hot object.
+_EMPTY_MAP: Mapping[str, Any] = MappingProxyType({})
 
 
 def _int(ctx: _Ctx, value: Any, field: str) -> int:
@@ -331,7 +340,7 @@ def _selector_term(ctx: _Ctx, value: Any, field: str) -> NodeSelectorTerm:
     )
 
 
-def _condition_times(ctx: _Ctx, value: Any, field: str) -> dict[str, datetime]:
+def _condition_times(ctx: _Ctx, value: Any, field: str) -> Mapping[str, datetime]:
     """type -> lastTransitionTime of the conditions that give one."""
     out: dict[str, datetime] = {}
     for i, cond in enumerate(_list(ctx, value, field)):
@@ -341,10 +350,10 @@ def _condition_times(ctx: _Ctx, value: Any, field: str) -> dict[str, datetime]:
         ts = _time(ctx, cond.get("lastTransitionTime"), f + ".lastTransitionTime")
         if ctype and ts is not None:
             out[ctype] = ts
-    return out
+    return out or _EMPTY_MAP
 
 
-def _conditions(ctx: _Ctx, value: Any, field: str) -> dict[str, str]:
+def _conditions(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
     out: dict[str, str] = {}
     for i, cond in enumerate(_list(ctx, value, field)):
         f = f"{field}[{i}]"
@@ -353,7 +362,7 @@ def _conditions(ctx: _Ctx, value: Any, field: str) -> dict[str, str]:
         if not ctype:
             continue
         out[ctype] = _str(ctx, cond.get("status"), f + ".status", "") or ""
-    return out
+    return out or _EMPTY_MAP
 
 
 # --------------------------------------------------------------------------- kinds
