@@ -15,7 +15,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
+
+# Parsed objects are read-only: every empty map is this one (most pods have no node
+# selector, conditions, ...), which saves a dictionary per field and keeps a session's
+# per-pod tests on one hot object.
+EMPTY_MAP: Mapping[str, Any] = MappingProxyType({})
+
+
+def _empty_map() -> Mapping[str, Any]:
+    return EMPTY_MAP
+
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -80,8 +91,8 @@ class PreferredSchedulingTerm:
 @dataclass(slots=True)
 class NodeObject:
     name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=_empty_map)
+    annotations: Mapping[str, str] = field(default_factory=_empty_map)
     taints: list[Taint] = field(default_factory=list)
     unschedulable: bool = False
     allocatable: dict[str, float] = field(default_factory=dict)
@@ -96,8 +107,8 @@ class PodObject:
     name: str
     namespace: str
     uid: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=_empty_map)
+    annotations: Mapping[str, str] = field(default_factory=_empty_map)
     owner_references: tuple[OwnerReference, ...] = ()
     creation_timestamp: datetime | None = None
     deletion_timestamp: datetime | None = None
@@ -105,7 +116,7 @@ class PodObject:
     node_name: str | None = None
     priority: int | None = None
     priority_class_name: str | None = None
-    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=_empty_map)
     # requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms (ORed); None = none.
     required_node_affinity: list[NodeSelectorTerm] | None = None
     preferred_node_affinity: tuple[PreferredSchedulingTerm, ...] = ()
@@ -115,9 +126,9 @@ class PodObject:
     # Sum of container limits (a resource with no limit in some container is absent).
     limits: dict[str, float] = field(default_factory=dict)
     phase: str = "Pending"
-    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status
+    conditions: Mapping[str, str] = field(default_factory=_empty_map)  # type -> status
     # type -> lastTransitionTime, for conditions that give one (load-aware estimation)
-    condition_times: Mapping[str, datetime] = field(default_factory=dict)
+    condition_times: Mapping[str, datetime] = field(default_factory=_empty_map)
     nominated_node_name: str | None = None
     # spec.schedulingGates names: a gated pod is not scheduled until they are removed.
     scheduling_gates: tuple[str, ...] = ()
@@ -134,8 +145,8 @@ class PodGroupObject:
     name: str
     namespace: str
     uid: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=_empty_map)
+    annotations: Mapping[str, str] = field(default_factory=_empty_map)
     owner_references: tuple[OwnerReference, ...] = ()
     creation_timestamp: datetime | None = None
     min_member: int | None = None
@@ -169,7 +180,7 @@ class QueueObject:
     parent: str | None = None
     priority: int = 100
     display_name: str | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=_empty_map)
     # keys "gpu", "cpu", "memory"; a missing key means the CRD zero values.
     resources: dict[str, QueueResource] = field(default_factory=dict)
     preempt_min_runtime: float | None = None  # seconds; None = inherit
@@ -224,7 +235,7 @@ class GenericObject:
     name: str
     namespace: str | None
     uid: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=_empty_map)
     owner_references: tuple[OwnerReference, ...] = ()
 
 

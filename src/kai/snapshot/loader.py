@@ -21,7 +21,6 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
-from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -29,6 +28,7 @@ import yaml
 from kai.api.errors import ConfigError, InputError
 from kai.api.objects import (
     API_GROUPS_KAI,
+    EMPTY_MAP,
     AggregatedUsage,
     ClusterObjects,
     GenericObject,
@@ -168,7 +168,7 @@ def _nonempty_str(ctx: _Ctx, value: Any, field: str) -> str | None:
 def _str_map(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
     if not value:
         if value is None or isinstance(value, dict):
-            return _EMPTY_MAP
+            return EMPTY_MAP
         raise ctx.error(f"expected a map of strings, got {_type_name(value)}", field)
     if not isinstance(value, dict):
         raise ctx.error(f"expected a map of strings, got {_type_name(value)}", field)
@@ -186,12 +186,6 @@ def _str_map(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
             raise ctx.error(f"expected a string, got {_type_name(v)}", _key_path(field, key))
         out[key] = s
     return out
-
-
-# Parsed objects are read-only: every empty map is this one (most pods have no node
-# selector, conditions, ...), which saves a dictionary per field and keeps a session's
-# per-pod tests on one hot object.
-_EMPTY_MAP: Mapping[str, Any] = MappingProxyType({})
 
 
 def _int(ctx: _Ctx, value: Any, field: str) -> int:
@@ -350,7 +344,7 @@ def _condition_times(ctx: _Ctx, value: Any, field: str) -> Mapping[str, datetime
         ts = _time(ctx, cond.get("lastTransitionTime"), f + ".lastTransitionTime")
         if ctype and ts is not None:
             out[ctype] = ts
-    return out or _EMPTY_MAP
+    return out or EMPTY_MAP
 
 
 def _conditions(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
@@ -362,7 +356,7 @@ def _conditions(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
         if not ctype:
             continue
         out[ctype] = _str(ctx, cond.get("status"), f + ".status", "") or ""
-    return out or _EMPTY_MAP
+    return out or EMPTY_MAP
 
 
 # --------------------------------------------------------------------------- kinds
