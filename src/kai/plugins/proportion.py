@@ -60,6 +60,11 @@ def allocatable_shares(
     return np.where((deserved == UNLIMITED) & (limit == UNLIMITED), UNLIMITED, capped)
 
 
+def _within(deserved: list[float], total: list[float]) -> bool:
+    """Whether ``total`` stays within the deserved quota (unlimited where it is -1)."""
+    return all(d == UNLIMITED or t <= d + 1e-9 for d, t in zip(deserved, total))
+
+
 @dataclass
 class QueueShare:
     """Per-queue accounting, arrays indexed [cpu, memory, gpu]."""
@@ -436,18 +441,16 @@ class ProportionPlugin(Plugin):
         return out
 
     # ------------------------------------------------------------ queue order
-    def _dominant_share(self, share: QueueShare, vec: np.ndarray) -> float:
-        allocatable = share.allocatable_share()
+    # The comparison works on the three resources as Python floats: the same IEEE
+    # operations in the same order as on the arrays, so the same answers, without
+    # numpy's per-call cost on three-element arrays (allocate compares queues after
+    # every placement).
+    def _dominant_share(self, allocatable: list[float], vec: list[float]) -> float:
         best = 0.0
-        for r in range(len(QUEUE_RESOURCES)):
-            cap = allocatable[r]
+        for cap, value, total in zip(allocatable, vec, self.total.tolist()):
             if cap == UNLIMITED:
-                cap = self.total[r]
-            if cap > 0:
-                value = vec[r] / cap
-            else:
-                value = vec[r] * 1000.0
-            best = max(best, value)
+                cap = total
+            best = max(best, value / cap if cap > 0 else value * 1000.0)
         return best
 
     def queue_order(
@@ -462,44 +465,46 @@ class ProportionPlugin(Plugin):
         ls, rs = self.shares.get(left.name), self.shares.get(right.name)
         if ls is None or rs is None:
             return 0
-        lreq = self._job_request(left_job)
-        rreq = self._job_request(right_job)
-        lvic = self._victims_vector(left_victims)
-        rvic = self._victims_vector(right_victims)
+        lalloc, ralloc = ls.allocated.tolist(), rs.allocated.tolist()
 
         # 1. under-utilized queues before over-utilized ones
-        lover = bool(np.all(ls.fair_share < ls.allocated))
-        rover = bool(np.all(rs.fair_share < rs.allocated))
+        lover = all(f < a for f, a in zip(ls.fair_share.tolist(), lalloc))
+        rover = all(f < a for f, a in zip(rs.fair_share.tolist(), ralloc))
         if lover != rover:
             return 1 if lover else -1
         # 2. starved queues (within deserved even with the job) first
-        lstarved = self._within_deserved(ls, lreq)
-        rstarved = self._within_deserved(rs, rreq)
+        lwith = [a + r for a, r in zip(lalloc, self._job_request(left_job).tolist())]
+        rwith = [a + r for a, r in zip(ralloc, self._job_request(right_job).tolist())]
+        lstarved = _within(ls.deserved.tolist(), lwith)
+        rstarved = _within(rs.deserved.tolist(), rwith)
         if lstarved != rstarved:
             return -1 if lstarved else 1
         # 3. queue priority
         if ls.priority != rs.priority:
             return -1 if ls.priority > rs.priority else 1
         # 4. a queue that would use a resource it may not have goes last
-        lzero = self._uses_zero_share(ls, lreq)
-        rzero = self._uses_zero_share(rs, rreq)
+        lcap, rcap = ls.allocatable_share().tolist(), rs.allocatable_share().tolist()
+        lzero = any(c == 0 and t > 0 for c, t in zip(lcap, lwith))
+        rzero = any(c == 0 and t > 0 for c, t in zip(rcap, rwith))
         if lzero != rzero:
             return 1 if lzero else -1
-        # 5. smaller dominant share with the job
-        lds = self._dominant_share(ls, ls.allocated + lreq - lvic)
-        rds = self._dominant_share(rs, rs.allocated + rreq - rvic)
+        # 5. smaller dominant share with the job (and without the victims taken so far)
+        lvic = self._victims_vector(left_victims).tolist()
+        rvic = self._victims_vector(right_victims).tolist()
+        lds = self._dominant_share(lcap, [t - v for t, v in zip(lwith, lvic)])
+        rds = self._dominant_share(rcap, [t - v for t, v in zip(rwith, rvic)])
         if lds != rds:
             return -1 if lds < rds else 1
         # 6. smaller dominant share without it
-        lds = self._dominant_share(ls, ls.allocated)
-        rds = self._dominant_share(rs, rs.allocated)
+        lds = self._dominant_share(lcap, lalloc)
+        rds = self._dominant_share(rcap, ralloc)
         if lds != rds:
             return -1 if lds < rds else 1
         # 7. smaller allocatable share
-        la, ra = ls.allocatable_share(), rs.allocatable_share()
-        if np.all(la <= ra) and np.any(la < ra):
+        pairs = list(zip(lcap, rcap))
+        if all(a <= b for a, b in pairs) and any(a < b for a, b in pairs):
             return -1
-        if np.all(ra <= la) and np.any(ra < la):
+        if all(b <= a for a, b in pairs) and any(b < a for a, b in pairs):
             return 1
         # 8. the older queue
         if ls.rank != rs.rank:
@@ -528,16 +533,6 @@ class ProportionPlugin(Plugin):
                 if task.status in ALLOCATED or task.status is TaskStatus.PIPELINED:
                     out += queue_vector(self.ssn, task)
         return out
-
-    @staticmethod
-    def _within_deserved(share: QueueShare, request: np.ndarray) -> bool:
-        total = share.allocated + request
-        return bool(np.all((share.deserved == UNLIMITED) | (total <= share.deserved + 1e-9)))
-
-    @staticmethod
-    def _uses_zero_share(share: QueueShare, request: np.ndarray) -> bool:
-        allocatable = share.allocatable_share()
-        return bool(np.any((allocatable == 0) & (share.allocated + request > 0)))
 
     # ------------------------------------------------------------ capacity
     def job_over_capacity(self, job: Job, tasks: list[Task]) -> str | None:
