@@ -196,6 +196,8 @@ class LoadAwarePlugin(Plugin):
 
         self.weights = la.vec(la.resource_weights)
         self.reasons = self._reason_table()
+        self._filter_profiles: dict[bool, tuple[np.ndarray, ...]] = {}
+        self._score_profiles: dict[bool, tuple[np.ndarray, ...]] = {}
         self.entries: dict[Task, _PodEntry] = {}
         self._estimates: dict[Task, np.ndarray] = {}
         for task in ssn.state.tasks + ssn.state.foreign_tasks:
@@ -310,20 +312,37 @@ class LoadAwarePlugin(Plugin):
     def _filter(self, task: Task, job: Job):
         if is_daemonset_pod(task.pod):
             return None
+        prod, agg, thresholds, state, slots = self._filter_profile(
+            koord_priority_class(task.pod) == PRIORITY_PROD
+        )
+        existing = self._existing(prod, agg, self.filter_agg, self.filter_agg_found)
+        mask, code = self.ssn.backend.loadaware_filter(
+            existing, self._estimate(task), self.allocatable, thresholds, state
+        )
+        codes = np.where(
+            code >= 0, slots + code, np.where(code == -2, 6 * len(self.la.resources), -1)
+        )
+        return mask, codes, self.reasons
+
+    def _filter_profile(self, is_prod: bool) -> tuple[np.ndarray, ...]:
+        """Per node, for a prod or a non-prod pod: (prod rows, aggregated rows,
+        thresholds, filter state, first reason slot).  Fixed for the session, so made
+        once per kind of pod rather than for every pod the filter sees.
+        """
+        cached = self._filter_profiles.get(is_prod)
+        if cached is not None:
+            return cached
         n = len(self.ssn.nodes)
         r = len(self.la.resources)
-        is_prod = koord_priority_class(task.pod) == PRIORITY_PROD
         prod = self.prod_enabled & is_prod
         agg = ~prod & self.agg_enabled
         kind = np.where(prod, _KIND_PROD, np.where(agg, _KIND_AGG, _KIND_USAGE))
         thresholds = self.thr[_KIND_USAGE].copy()
         thresholds[prod] = self.thr[_KIND_PROD][prod]
         thresholds[agg] = self.thr[_KIND_AGG][agg]
-        existing = self._existing(prod, agg, self.filter_agg, self.filter_agg_found)
 
         state = np.full(n, _CHECK, dtype=np.int64)
-        check_expiry = self.la.filter_expired_node_metrics
-        if check_expiry:
+        if self.la.filter_expired_node_metrics:
             state[self.expired] = (
                 _PASS if self.la.enable_schedule_when_node_metrics_expired else _EXPIRED
             )
@@ -331,15 +350,12 @@ class LoadAwarePlugin(Plugin):
         state[~self.has_metric] = _PASS
         state[~thresholds.any(axis=1)] = _PASS
 
-        mask, code = self.ssn.backend.loadaware_filter(
-            existing, self._estimate(task), self.allocatable, thresholds, state
-        )
         custom = np.zeros(n, dtype=np.bool_)
         for k in (_KIND_USAGE, _KIND_PROD, _KIND_AGG):
             custom |= (kind == k) & self.custom[k]
-        slot = (custom.astype(np.int64) * 3 + kind) * r + code
-        codes = np.where(code >= 0, slot, np.where(code == -2, 6 * r, -1))
-        return mask, codes, self.reasons
+        slots = (custom.astype(np.int64) * 3 + kind) * r
+        cached = self._filter_profiles[is_prod] = (prod, agg, thresholds, state, slots)
+        return cached
 
     def _score(self, task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
         la = self.la
@@ -347,11 +363,16 @@ class LoadAwarePlugin(Plugin):
         prod_pod = la.score_according_prod_usage and (
             koord_priority_class(task.pod) == PRIORITY_PROD
         )
-        prod = np.full(n, prod_pod, dtype=np.bool_)
-        agg_score = bool(la.aggregated and la.aggregated.score_aggregation_type) and not prod_pod
-        agg = np.full(n, agg_score, dtype=np.bool_)
+        profile = self._score_profiles.get(prod_pod)
+        if profile is None:  # fixed for the session: made once per kind of pod
+            agg_score = bool(la.aggregated and la.aggregated.score_aggregation_type)
+            profile = self._score_profiles[prod_pod] = (
+                np.full(n, prod_pod, dtype=np.bool_),
+                np.full(n, agg_score and not prod_pod, dtype=np.bool_),
+                self.has_metric & ~self.expired & self.has_status,
+            )
+        prod, agg, valid = profile
         existing = self._existing(prod, agg, self.score_agg, self.score_agg_found)
-        valid = self.has_metric & ~self.expired & self.has_status
         scores = self.ssn.backend.loadaware_score(
             existing,
             self._estimate(task),
