@@ -18,7 +18,6 @@ variable ``KAI_RETAIN_MEMORY_MIB`` sets the budget (0 turns it off).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 
@@ -76,9 +75,8 @@ def _retain_arenas(limit: int) -> bool:
 def _tune_malloc(limit: int) -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    name = ctypes.util.find_library("c") or "libc.so.6"
     try:
-        mallopt = ctypes.CDLL(name).mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: glibc's malloc
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
