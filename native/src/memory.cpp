@@ -1,8 +1,11 @@
-// See kai/memory.hpp.  The allocator hooks run under the GIL (CPython's small-object
-// allocator requires it), so the cache needs no lock of its own.
+// See kai/memory.hpp.  The hooks run with a GIL held, but the arena allocator is one
+// per process while interpreters may each have their own GIL: a lock guards the cache
+// (taken once per 1 MiB arena, so it costs nothing measurable).
 #include "kai/memory.hpp"
 
 #include <Python.h>
+
+#include <mutex>
 
 namespace kai::memory {
 namespace {
@@ -17,8 +20,10 @@ void* g_cache[kSlots];
 std::size_t g_count = 0;
 std::size_t g_arena_size = 0;  // the interpreter's arena size, seen at the first call
 std::size_t g_max_arenas = 0;
+std::mutex g_lock;
 
 void* cached_alloc(void* /*ctx*/, std::size_t size) {
+  std::lock_guard<std::mutex> hold(g_lock);
   if (size == g_arena_size && g_count > 0) {
     return g_cache[--g_count];
   }
@@ -29,6 +34,7 @@ void* cached_alloc(void* /*ctx*/, std::size_t size) {
 }
 
 void cached_free(void* /*ctx*/, void* ptr, std::size_t size) {
+  std::lock_guard<std::mutex> hold(g_lock);
   if (g_arena_size == 0) {
     g_arena_size = size;
   }
@@ -42,6 +48,7 @@ void cached_free(void* /*ctx*/, void* ptr, std::size_t size) {
 }  // namespace
 
 void retain_arenas(std::size_t max_bytes) {
+  std::lock_guard<std::mutex> hold(g_lock);
   if (!g_installed) {
     PyObject_GetArenaAllocator(&g_previous);
     PyObjectArenaAllocator cache{nullptr, cached_alloc, cached_free};
@@ -59,6 +66,9 @@ void retain_arenas(std::size_t max_bytes) {
   }
 }
 
-std::size_t cached_bytes() { return g_count * g_arena_size; }
+std::size_t cached_bytes() {
+  std::lock_guard<std::mutex> hold(g_lock);
+  return g_count * g_arena_size;
+}
 
 }  // namespace kai::memory
