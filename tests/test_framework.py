@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 
 import numpy as np
 import pytest
 
 import kai
-from kai.api.model import TaskStatus
+from kai.api.model import Job, TaskStatus
+from kai.api.objects import PodGroupObject
 from kai.config import SchedulerConfig
 from kai.framework import Plugin, register_plugin
 from kai.framework.session import Session
@@ -291,3 +293,26 @@ def test_a_session_frees_its_state_without_the_cyclic_collector():
             gc.enable()
     assert result.decisions and len(result.pods) == 50
     assert leftovers == []
+
+
+def test_a_job_takes_its_pod_groups_times_and_a_view_keeps_every_field():
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    group = PodGroupObject(
+        "pg", "ns", last_start_timestamp=start, staleness_grace_period=60.0, preemption_delay=5.0
+    )
+    job = Job("pg", "pg", "ns", "q", 50, 2, True, "preemptible", None, None, group)
+    assert (job.last_start_timestamp, job.staleness_grace_period, job.preemption_delay) == (
+        start,
+        60.0,
+        5.0,
+    )
+    assert job.tasks == [] and job.warnings == [] and job.fit_errors == []
+    job.fit_errors.append("no room")
+    job.stale_since_set = start
+    view = job.with_tasks([])
+    for f in dataclasses.fields(Job):
+        if f.name != "tasks":
+            assert getattr(view, f.name) is getattr(job, f.name), f.name
+    assert view.tasks == [] and view.tasks is not job.tasks
+    bare = Job("j", "j", "ns", None, 50, 1, True, "preemptible", None)
+    assert bare.pod_group is None and bare.last_start_timestamp is None

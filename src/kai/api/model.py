@@ -131,7 +131,7 @@ class Task:
         return f"Task({self.key}, {self.status.value}, node={self.node})"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Job:
     """A pod group: the unit of gang scheduling."""
 
@@ -144,21 +144,65 @@ class Job:
     preemptible: bool
     preemptibility: str  # "preemptible" | "non-preemptible" | "semi-preemptible"
     creation_timestamp: datetime | None
-    tasks: list[Task] = field(default_factory=list)
-    pod_group: PodGroupObject | None = None
-    last_start_timestamp: datetime | None = None
-    stale_timestamp: datetime | None = None
-    last_eviction_timestamp: datetime | None = None
-    staleness_grace_period: float | None = None
-    preemption_delay: float | None = None
+    tasks: list[Task]
+    pod_group: PodGroupObject | None
+    # From the PodGroup (None without one); the session may change the first two.
+    last_start_timestamp: datetime | None
+    stale_timestamp: datetime | None
+    last_eviction_timestamp: datetime | None
+    staleness_grace_period: float | None
+    preemption_delay: float | None
     # Why the job cannot be scheduled at all (unknown queue, missing PodGroup, ...).
-    invalid_reason: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    invalid_reason: str | None
+    warnings: list[str]
     # Human-readable reasons collected while actions try the job.
-    fit_errors: list[str] = field(default_factory=list)
+    fit_errors: list[str]
     # The last start time set by this session (the allocate action).
-    new_start_timestamp: datetime | None = None
-    stale_since_set: datetime | None = None
+    new_start_timestamp: datetime | None
+    stale_since_set: datetime | None
+
+    def __init__(
+        self,
+        uid: str,
+        name: str,
+        namespace: str,
+        queue: str | None,
+        priority: int,
+        min_member: int,
+        preemptible: bool,
+        preemptibility: str,
+        creation_timestamp: datetime | None,
+        tasks: list[Task] | None = None,
+        pod_group: PodGroupObject | None = None,
+    ) -> None:
+        # Written out rather than generated: a large session makes 100,000 jobs, and
+        # the PodGroup's fields are read here instead of being passed one by one.
+        self.uid = uid
+        self.name = name
+        self.namespace = namespace
+        self.queue = queue
+        self.priority = priority
+        self.min_member = min_member
+        self.preemptible = preemptible
+        self.preemptibility = preemptibility
+        self.creation_timestamp = creation_timestamp
+        self.tasks = [] if tasks is None else tasks
+        self.pod_group = pod_group
+        if pod_group is None:
+            self.last_start_timestamp = self.stale_timestamp = None
+            self.last_eviction_timestamp = None
+            self.staleness_grace_period = self.preemption_delay = None
+        else:
+            self.last_start_timestamp = pod_group.last_start_timestamp
+            self.stale_timestamp = pod_group.stale_timestamp
+            self.last_eviction_timestamp = pod_group.last_eviction_timestamp
+            self.staleness_grace_period = pod_group.staleness_grace_period
+            self.preemption_delay = pod_group.preemption_delay
+        self.invalid_reason = None
+        self.warnings = []
+        self.fit_errors = []
+        self.new_start_timestamp = None
+        self.stale_since_set = None
 
     @property
     def key(self) -> str:
@@ -203,7 +247,9 @@ class Job:
 
     def with_tasks(self, tasks: list[Task]) -> Job:
         """A shallow copy of the job that holds only ``tasks``."""
-        view = Job(*_job_fields(self))
+        view = Job.__new__(Job)
+        for name, value in zip(_JOB_FIELDS, _job_fields(self)):
+            setattr(view, name, value)
         view.tasks = list(tasks)
         return view
 
@@ -211,8 +257,9 @@ class Job:
         return f"Job({self.key}, queue={self.queue}, prio={self.priority})"
 
 
-# Every field of a job, in the order Job() takes them (read in one C call).
-_job_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(Job)))
+# Every field of a job (read in one C call).
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+_job_fields = operator.attrgetter(*_JOB_FIELDS)
 
 
 def _task_age_key(task: Task) -> tuple:

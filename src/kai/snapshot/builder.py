@@ -134,10 +134,6 @@ def build_state(
                 created = pods[0].creation_timestamp
             else:
                 created = earliest([p.creation_timestamp for p in pods])
-        # Positional (uid, name, namespace, queue, priority, min_member, preemptible,
-        # preemptibility, creation_timestamp, tasks, then what the PodGroup carries:
-        # pod_group, last_start_timestamp, stale_timestamp, last_eviction_timestamp,
-        # staleness_grace_period, preemption_delay): one call, no attribute set twice.
         job = Job(
             uid,
             name,
@@ -149,7 +145,7 @@ def build_state(
             pre.value,
             created,
             [],
-            *_pod_group_fields(pg),
+            pg,
         )
         if pre.warning:
             job.warnings.append(pre.warning)
@@ -297,20 +293,6 @@ def _owner_index(others: list[GenericObject]) -> dict[str, dict]:
 
 
 _UNSEEN = object()
-
-
-def _pod_group_fields(pg: PodGroupObject | None) -> tuple:
-    """Job's fields from ``pod_group`` on, as its PodGroup sets them (none without one)."""
-    if pg is None:
-        return ()
-    return (
-        pg,
-        pg.last_start_timestamp,
-        pg.stale_timestamp,
-        pg.last_eviction_timestamp,
-        pg.staleness_grace_period,
-        pg.preemption_delay,
-    )
 
 
 def _pod_name(pod: PodObject) -> str:
