@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import textwrap
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import yaml
 
 from kai.api.errors import ConfigError, InputError
 from kai.api.objects import (
+    EMPTY_MAP,
     NodeSelectorTerm,
     OwnerReference,
     PluginOption,
@@ -20,6 +24,7 @@ from kai.api.objects import (
     Taint,
     Toleration,
 )
+from kai.engine import Snapshot, run_session
 from kai.snapshot.loader import load_config_file, load_files, load_objects, load_text
 
 GI = 1024.0**3
@@ -1340,3 +1345,18 @@ def test_many_pods_load_quickly():
     c = load_objects(docs)
     assert len(c.pods) == 20000
     assert time.perf_counter() - start < 10
+
+
+def test_snapshots_and_results_survive_pickle_and_deepcopy():
+    # Read-only maps are mapping proxies, which the standard library cannot copy by
+    # itself; a snapshot sent to a worker process must still schedule the same.
+    example = Path(__file__).resolve().parents[1] / "examples" / "cluster.yaml"
+    snap = Snapshot.from_files([str(example)])
+    now = "2026-11-22T12:00:00Z"
+    expected = run_session(snap, now=now).to_json()
+    for clone in (pickle.loads(pickle.dumps(snap.objects)), copy.deepcopy(snap.objects)):
+        assert run_session(Snapshot(clone), now=now).to_json() == expected
+        assert clone.pods[0].scheduling_gates == ()
+    assert pickle.loads(pickle.dumps(EMPTY_MAP)) is EMPTY_MAP
+    result = run_session(snap, now=now)
+    assert pickle.loads(pickle.dumps(result)).to_json() == expected

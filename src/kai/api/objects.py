@@ -12,6 +12,7 @@ quantities are already numbers in canonical units, timestamps are timezone-aware
 
 from __future__ import annotations
 
+import copyreg
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,22 @@ EMPTY_MAP: Mapping[str, Any] = MappingProxyType({})
 
 def _empty_map() -> Mapping[str, Any]:
     return EMPTY_MAP
+
+
+def _read_only(values: dict) -> Mapping[str, Any]:
+    return MappingProxyType(values)
+
+
+def _reduce_mapping_proxy(proxy: MappingProxyType) -> tuple:
+    if proxy is EMPTY_MAP:
+        return _empty_map, ()
+    return _read_only, (dict(proxy),)
+
+
+# Read-only maps (parsed objects' empty maps, a result's shared annotations) are
+# mapping proxies, which the standard library cannot pickle or deep-copy: teach it, so
+# snapshots and results still travel to other processes.
+copyreg.pickle(MappingProxyType, _reduce_mapping_proxy)
 
 
 GPU_RESOURCE = "nvidia.com/gpu"
