@@ -61,6 +61,7 @@ def build_state(
         )
 
     state = ClusterState(resources=table, nodes=nodes, tasks=[], jobs={}, queues=queues)
+    make_task = _TaskMaker(state)
     state.node_metrics = {m.name: m for m in objects.node_metrics}
     # Pod groups in job order, each with the list its pods are collected into.  Pods
     # find their group through per-namespace maps of names (string keys hash once).
@@ -82,7 +83,7 @@ def build_state(
 
     for pod in objects.pods:
         if pod.scheduler_name != scheduler_name:
-            _add_foreign(state, pod)
+            _add_foreign(state, make_task(pod, None))
             continue
         group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
         if group_name:
@@ -110,7 +111,6 @@ def build_state(
     running = (TaskStatus.RUNNING, TaskStatus.BOUND)
     queue_problems: dict[str | None, str | None] = {}
     jobs = state.jobs
-    make_task = _TaskMaker(state)
 
     def make_job(uid, name, namespace, pg, pods, min_member, invalid=None) -> Job:
         # Most jobs have one pod: that case avoids the sorts and scans over pods.
@@ -123,10 +123,7 @@ def build_state(
                 if QUEUE_LABEL in p.labels:
                     queue = p.labels[QUEUE_LABEL]
                     break
-        if pg is not None and pg.priority_class_name in priorities:
-            priority = priorities[pg.priority_class_name]  # priority_of's first rule
-        else:
-            priority = priority_of(pg, pods)
+        priority = priority_of(pg, pods)
         pre = resolve_preemptibility(pg, pods, priority, lookup)
         created = pg.creation_timestamp if pg is not None else None
         if created is None:
@@ -343,9 +340,11 @@ class _TaskMaker:
             node = self.node_index.get(pod.node_name, -1)
             if node < 0:
                 self.state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
+        fraction = memory_mib = 0.0
+        gpu_group = None
         annotations = pod.annotations
         if GPU_FRACTION_ANNOTATION in annotations or GPU_MEMORY_ANNOTATION in annotations:
-            return _shared_gpu_task(pod, job, request, status, node)
+            request, fraction, memory_mib, gpu_group = _shared_gpu_request(pod, job, request, node)
         # Positional (uid, name, namespace, job, request, status, pod, node, gpu_fraction,
         # gpu_memory_mib, gpu_group, creation_timestamp): cheaper for 100k pods.
         return Task(
@@ -357,17 +356,18 @@ class _TaskMaker:
             status,
             pod,
             node,
-            0.0,
-            0.0,
-            None,
+            fraction,
+            memory_mib,
+            gpu_group,
             pod.creation_timestamp,
         )
 
 
-def _shared_gpu_task(
-    pod: PodObject, job: Job | None, request: np.ndarray, status: TaskStatus, node: int
-) -> Task:
-    """A task of a pod that asks for a fraction of a GPU or for GPU memory."""
+def _shared_gpu_request(
+    pod: PodObject, job: Job | None, request: np.ndarray, node: int
+) -> tuple[np.ndarray, float, float, str | None]:
+    """(request, gpu_fraction, gpu_memory_mib, gpu_group) of a pod that asks for a
+    fraction of a GPU or for GPU memory (a bad annotation invalidates ``job``)."""
     annotations = pod.annotations
     fraction = 0.0
     memory_mib = 0.0
@@ -404,20 +404,7 @@ def _shared_gpu_task(
         request = request.copy()
         request[GPU] = 0.0
         gpu_group = _gpu_group(pod, node)
-    return Task(
-        pod.uid or pod.key,
-        pod.name,
-        pod.namespace,
-        job,  # type: ignore[arg-type]
-        request,
-        status,
-        pod,
-        node,
-        fraction,
-        memory_mib,
-        gpu_group,
-        pod.creation_timestamp,
-    )
+    return request, fraction, memory_mib, gpu_group
 
 
 def _gpu_group(pod: PodObject, node: int) -> str | None:
@@ -432,8 +419,8 @@ def _gpu_group(pod: PodObject, node: int) -> str | None:
     return group
 
 
-def _add_foreign(state: ClusterState, pod: PodObject) -> None:
-    task = _TaskMaker(state)(pod, None)
+def _add_foreign(state: ClusterState, task: Task) -> None:
+    """A pod of another scheduler: it holds capacity only while on a node."""
     if task.node >= 0:
         state.foreign_tasks.append(task)
     else:
