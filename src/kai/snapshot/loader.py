@@ -166,10 +166,8 @@ def _nonempty_str(ctx: _Ctx, value: Any, field: str) -> str | None:
 
 
 def _str_map(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
-    if not value:
-        if value is None or isinstance(value, dict):
-            return EMPTY_MAP
-        raise ctx.error(f"expected a map of strings, got {_type_name(value)}", field)
+    if value is None:
+        return EMPTY_MAP
     if not isinstance(value, dict):
         raise ctx.error(f"expected a map of strings, got {_type_name(value)}", field)
     out: dict[str, str] = {}
@@ -185,7 +183,7 @@ def _str_map(ctx: _Ctx, value: Any, field: str) -> Mapping[str, str]:
         if s is None:
             raise ctx.error(f"expected a string, got {_type_name(v)}", _key_path(field, key))
         out[key] = s
-    return out
+    return out or EMPTY_MAP
 
 
 def _int(ctx: _Ctx, value: Any, field: str) -> int:
