@@ -251,6 +251,7 @@ class ProportionPlugin(Plugin):
             for task in job.tasks:
                 status = task.status
                 if status in ALLOCATED:
+                    allocated = True
                     if core:
                         charge_np = task in core
                     else:
@@ -258,18 +259,17 @@ class ProportionPlugin(Plugin):
                     if charge_np:
                         np_rows.append(len(src))
                     alloc_rows.append(len(src))
-                    shared = task.gpu_fraction > 0 or task.gpu_memory_mib > 0
-                    if shared:
-                        special.append(queue_vector(ssn, task))
                 elif status is pending:
-                    shared = task.gpu_fraction > 0 or task.gpu_memory_mib > 0
-                    if shared:
+                    allocated = False
+                else:
+                    continue
+                if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:  # a shared GPU
+                    if allocated:
+                        special.append(queue_vector(ssn, task))
+                    else:
                         special.append(
                             queue_vector(ssn, task, for_request=True, min_gpu_memory=min_mem)
                         )
-                else:
-                    continue
-                if shared:
                     src.append(-len(special))
                 else:
                     request = task.request
@@ -286,7 +286,7 @@ class ProportionPlugin(Plugin):
         n_q = len(shares)
         vectors = np.zeros((len(sources) + len(special), len(QUEUE_RESOURCES)))
         if sources:
-            vectors[: len(sources)] = np.array(sources)[:, [CPU, MEMORY, GPU]]
+            vectors[: len(sources)] = np.array(sources)[:, QUEUE_COLUMNS]
         if special:
             vectors[len(sources) :] = np.array(special)
         rows = np.array(src, dtype=np.int64)
