@@ -326,6 +326,31 @@ def test_incremental_fit_many_steps(backend: str) -> None:
             assert fit.scenario_fit() == ref.scenario_fit(kept, reqs)
 
 
+def _mixed_snapshot(seed: int, rng):
+    """One of three victim layouts by seed: one-leaf gangs, KAI's large-job reclaim, a
+    random cluster."""
+    from kai import bench_clusters as gen
+    from kai.engine import Snapshot
+
+    if seed % 3 == 0:
+        return _one_leaf_gangs(rng)
+    if seed % 3 == 1:
+        return Snapshot(gen.kai_reclaim_large_jobs(6 + seed).objects())
+    return Snapshot(gen.random_cluster(seed, nodes=10, jobs=40).objects())
+
+
+def _victim_case(snap):
+    """A session on ``snap``, its victim pool and its running tasks."""
+    from kai.api.model import ACTIVE_ALLOCATED
+    from kai.solvers.victims import VictimPool
+
+    ssn = _session(snap)
+    pool = VictimPool.for_session(ssn)
+    assert pool is not None
+    running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+    return ssn, pool, running
+
+
 def _one_leaf_gangs(rng):
     """Victims in one leaf queue: gangs (evicted whole), elastic jobs, fractional GPUs."""
     nodes = {f"n{i}": 8 for i in range(6)}
@@ -378,25 +403,13 @@ def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) 
     """The victim leaf read in bulk (cached across probes, recorded victims skipped,
     runs of ``run`` or more simple steps added at once) yields the same accumulated
     states as popping the victim queue one job at a time."""
-    from kai import bench_clusters as gen
     from kai.actions.common import tasks_to_allocate
-    from kai.api.model import ACTIVE_ALLOCATED
-    from kai.engine import Snapshot
     from kai.solvers import scenario
-    from kai.solvers.victims import PoolVictimQueue, VictimPool
+    from kai.solvers.victims import PoolVictimQueue
 
     monkeypatch.setattr(scenario, "_BULK_STEPS", run)
     rng = np.random.default_rng(seed)
-    if seed % 3 == 0:
-        snap = _one_leaf_gangs(rng)
-    elif seed % 3 == 1:
-        snap = Snapshot(gen.kai_reclaim_large_jobs(6 + seed).objects())
-    else:
-        snap = Snapshot(gen.random_cluster(seed, nodes=10, jobs=40).objects())
-    ssn = _session(snap)
-    pool = VictimPool.for_session(ssn)
-    assert pool is not None
-    running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+    ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
     preemptors = [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)]
     assert preemptors and running
     compared = 0
@@ -423,21 +436,16 @@ def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch)
     """MultiNodeGang gives the same scenarios with and without its covering bound."""
     from kai import bench_clusters as gen
     from kai.actions.common import tasks_to_allocate
-    from kai.api.model import ACTIVE_ALLOCATED
     from kai.engine import Snapshot
     from kai.solvers import generators
     from kai.solvers.job_solver import feasible_nodes
-    from kai.solvers.victims import VictimPool
 
     rng = np.random.default_rng(seed)
     if seed % 2:
         snap = Snapshot(gen.kai_reclaim_large_jobs(8 + seed).objects())
     else:
         snap = _one_leaf_gangs(rng)
-    ssn = _session(snap)
-    pool = VictimPool.for_session(ssn)
-    assert pool is not None
-    running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+    ssn, pool, running = _victim_case(snap)
     emitted = skipped = 0
     cover = generators._PrefixBound.may_cover
 
@@ -476,26 +484,13 @@ def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch)
 def test_placement_bound_shares_recorded_part(seed: int) -> None:
     """The placement pre-check over a probe's scenarios (recorded victims counted once)
     agrees with checking each scenario from scratch."""
-    from kai import bench_clusters as gen
     from kai.actions.common import tasks_to_allocate
-    from kai.api.model import ACTIVE_ALLOCATED
-    from kai.engine import Snapshot
     from kai.solvers import generators
     from kai.solvers.job_solver import _PlacementBound, feasible_nodes
     from kai.solvers.scenario import Scenario
-    from kai.solvers.victims import VictimPool
 
     rng = np.random.default_rng(seed)
-    if seed % 3 == 0:
-        snap = _one_leaf_gangs(rng)
-    elif seed % 3 == 1:
-        snap = Snapshot(gen.kai_reclaim_large_jobs(6 + seed).objects())
-    else:
-        snap = Snapshot(gen.random_cluster(seed, nodes=10, jobs=40).objects())
-    ssn = _session(snap)
-    pool = VictimPool.for_session(ssn)
-    assert pool is not None
-    running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+    ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
     checked = fits = 0
     for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
         tasks = tasks_to_allocate(ssn, preemptor)
