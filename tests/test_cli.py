@@ -114,3 +114,14 @@ def test_config_file_option(tmp_path):
     )
     out = json.loads(invoke("simulate", path, "--config", str(config)).stdout)
     assert out["pods"]["default/a"]["node"] == "n2"
+
+
+def test_version_attribute_matches_the_command_line():
+    import importlib.metadata
+
+    import kai
+
+    assert kai.__version__ == importlib.metadata.version("kai")
+    result = invoke("--version")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"kai, version {kai.__version__}"

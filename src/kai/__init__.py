@@ -10,6 +10,9 @@ Embed it without any cluster connection::
         print(decision.type, decision.pod, decision.node)
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from kai.api.errors import ConfigError, InputError, KaiError
 from kai.config import SchedulerConfig
 from kai.engine import (
@@ -23,7 +26,14 @@ from kai.engine import (
 )
 from kai.framework import Event, EventHandler, NodeInfo, Plugin, Session, register_plugin
 
+try:
+    # The one source of the version is pyproject.toml, read from the installed metadata.
+    __version__: str = _distribution_version("kai")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
+
 __all__ = [
+    "__version__",
     "ConfigError",
     "DecisionRecord",
     "Event",

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from kai import __version__
 from kai.api.errors import InputError
 
 
@@ -37,7 +38,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.version_option(package_name="kai")
+@click.version_option(version=__version__, prog_name="kai")
 def main() -> None:
     """kai: a batch and GPU scheduling engine for Kubernetes."""
     from kai.memory import retain_memory
