@@ -52,9 +52,14 @@ __all__ = [
     "status_of",
 ]
 
-# The API server answers a list or watch with only the objects' metadata for this Accept
-# (and with full objects, the fallback after the comma, where it cannot).
-METADATA_ONLY_ACCEPT = (
+# The API server answers with only the objects' metadata for these Accept headers (and
+# with full objects, the fallback after the comma, where it cannot).  A list must ask for
+# the list type: asking a list for PartialObjectMetadata is answered 406 Not Acceptable.
+# A watch streams single objects, so it asks for the object type.
+METADATA_ONLY_LIST_ACCEPT = (
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+)
+METADATA_ONLY_WATCH_ACCEPT = (
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 )
 
@@ -254,7 +259,8 @@ class KubeClient:
         self.limiter.acquire()
         kw["_preload_content"] = False
         if kind.metadata_only and self.metadata_only_lists:
-            kw["_headers"] = {"Accept": METADATA_ONLY_ACCEPT}
+            accept = METADATA_ONLY_WATCH_ACCEPT if kw.get("watch") else METADATA_ONLY_LIST_ACCEPT
+            kw["_headers"] = {"Accept": accept}
         if kind.name == "Pod":
             return self.core.list_pod_for_all_namespaces(**kw)
         if kind.name == "Node":
