@@ -26,10 +26,14 @@ SETTINGS = settings(
 
 
 @st.composite
-def clusters(draw, *, single_gpu_victims: bool = False):
+def clusters(draw, *, single_gpu_victims: bool = False, contested: bool = False):
+    """Running jobs on 1-3 nodes and 1-2 pending jobs.  ``contested`` adds a third queue
+    and up to four more pending jobs, so that one action's reclaim or preemption can
+    pick pods that an earlier job placed in the same session."""
     nodes = {f"n{i}": draw(st.sampled_from([1, 2, 4])) for i in range(draw(st.integers(1, 3)))}
     free = dict(nodes)
-    queues = [queue("q0", draw(st.integers(0, 3))), queue("q1", draw(st.integers(0, 3)))]
+    names = ["q0", "q1", "q2"] if contested else ["q0", "q1"]
+    queues = [queue(name, draw(st.integers(0, 3))) for name in names]
     jobs: list[J] = []
     for i in range(draw(st.integers(0, 6))):
         size = 1 if single_gpu_victims else draw(st.integers(1, 3))
@@ -46,19 +50,21 @@ def clusters(draw, *, single_gpu_victims: bool = False):
         jobs.append(
             J(
                 f"r{i}",
-                draw(st.sampled_from(["q0", "q1"])),
+                draw(st.sampled_from(names)),
                 placed,
                 priority=draw(st.sampled_from([10, 40, 125])),
                 min_member=1 if elastic else None,
             )
         )
-    for i in range(draw(st.integers(1, 2))):
+    for i in range(draw(st.integers(1, 6 if contested else 2))):
+        size = draw(st.integers(1, 3 if contested else 2))
         jobs.append(
             J(
                 f"p{i}",
-                draw(st.sampled_from(["q0", "q1"])),
-                [T() for _ in range(draw(st.integers(1, 2)))],
+                draw(st.sampled_from(names)),
+                [T() for _ in range(size)],
                 priority=draw(st.sampled_from([20, 50, 80, 125])),
+                min_member=1 if contested and size > 1 and draw(st.booleans()) else None,
             )
         )
     return build(nodes, queues, jobs), jobs
@@ -138,3 +144,23 @@ def test_consolidation_replaces_every_victim(case) -> None:
     for pod in evicted:
         assert result.pods[pod].status == "Pipelined"
     _common_checks(result, jobs)
+
+
+EVICTING_ACTIONS = [["reclaim"], ["preempt"], ["reclaim", "preempt"]]
+
+
+@settings(SETTINGS, max_examples=150)
+@given(clusters(contested=True), st.sampled_from(EVICTING_ACTIONS))
+def test_only_bound_pods_are_evicted(case, actions) -> None:
+    """A pod that is not bound in the cluster never leaves the session as an eviction,
+    and a placement that a later eviction undid leaves no bind or pipeline behind."""
+    snap, _ = case
+    bound = {p.key for p in snap.objects.pods if p.node_name}
+    result = run(snap, actions)
+    for d in result.decisions:
+        if d.type == "evict":
+            assert d.pod in bound, f"evicted {d.pod}, which no node runs"
+    placed = [d.pod for d in result.decisions if d.type in ("bind", "pipeline")]
+    assert len(placed) == len(set(placed))
+    for pod in placed:
+        assert result.pods[pod].status in ("Binding", "Pipelined"), pod

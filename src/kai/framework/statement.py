@@ -5,6 +5,13 @@ are applied to the session state at once (node capacity, task status, plugin eve
 handlers) so later decisions see them, and each carries what is needed to undo it.
 ``checkpoint``/``rollback`` undo back to a point, ``discard`` undoes everything, and
 ``commit`` turns the operations into decisions that leave the session.
+
+Only a pod bound in the cluster is ever evicted.  Evicting a task that this session
+placed (allocated, pipelined or binding) undoes that placement and withdraws its bind
+or pipeline decision: a pod the cluster has not bound returns to pending, and a moved
+victim (bound, evicted and pipelined elsewhere earlier in the session) returns to
+releasing on its own node, evicted once.  No second eviction leaves the session, and
+the capacity the placement held is free again, so nothing is pipelined onto it twice.
 """
 
 from __future__ import annotations
@@ -15,14 +22,19 @@ from typing import TYPE_CHECKING
 from kai.api.model import ON_NODE as _ON_NODE
 from kai.api.model import Task, TaskStatus
 from kai.framework.session import Decision
+from kai.snapshot.builder import gpu_group_of
 
 if TYPE_CHECKING:
     from kai.framework.session import Session
 
 
+# Statuses only a session gives: the snapshot has none of them.
+_PLACED_BY_SESSION = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING})
+
+
 @dataclass
 class _Op:
-    kind: str  # allocate | pipeline | evict
+    kind: str  # allocate | pipeline | evict | unplace | unevict
     task: Task
     prev_status: TaskStatus
     prev_node: int
@@ -65,6 +77,7 @@ class Statement:
             and task.status is TaskStatus.RELEASING
             and task.node == node
             and (gpu_group is None or gpu_group == task.gpu_group)
+            and self._eviction_of(task) is not None
         ):
             self.unevict(task)
             return
@@ -87,10 +100,33 @@ class Statement:
         self.ssn.fire_allocate(task)
 
     def evict(self, task: Task, reason: str) -> None:
+        if task.status in _PLACED_BY_SESSION:
+            self._unplace(task, reason)
+            return
         self._record("evict", task, reason)
         self._detach(task)
         task.status = TaskStatus.RELEASING
         task.virtually_evicted = True
+        self._attach(task)
+        self.ssn.fire_deallocate(task)
+
+    def _unplace(self, task: Task, reason: str) -> None:
+        """Undo this session's placement of a task instead of evicting it."""
+        self._record("unplace", task, reason)
+        self._detach(task)
+        if task.pod.node_name:
+            # A moved victim: back to releasing where it runs, on its own device.
+            task.node = self.ssn.nodes.index[task.pod.node_name]
+            task.status = TaskStatus.RELEASING
+            task.virtually_evicted = True
+            if task.is_shared_gpu:
+                task.gpu_group = gpu_group_of(task.pod, task.node)
+        else:
+            task.node = -1
+            task.status = TaskStatus.PENDING
+            task.virtually_evicted = False
+            if task.is_shared_gpu:
+                task.gpu_group = None
         self._attach(task)
         self.ssn.fire_deallocate(task)
 
@@ -99,23 +135,29 @@ class Statement:
 
         Recorded as an ``unevict`` op so that a rollback past it evicts the task again.
         """
-        for i in range(len(self.ops) - 1, -1, -1):
-            op = self.ops[i]
+        op = self._eviction_of(task)
+        if op is None:
+            raise ValueError(f"{task.key} was not evicted by this statement")
+        self._undo(op)
+        op.undone = True
+        self.ops.append(
+            _Op(
+                "unevict",
+                task,
+                task.status,
+                task.node,
+                task.gpu_group,
+                task.virtually_evicted,
+                ref=op,
+            )
+        )
+
+    def _eviction_of(self, task: Task) -> _Op | None:
+        """This statement's standing eviction of ``task``, if any."""
+        for op in reversed(self.ops):
             if op.task is task and op.kind == "evict" and not op.undone:
-                self._undo(op)
-                op.undone = True
-                undo = _Op(
-                    "unevict",
-                    task,
-                    task.status,
-                    task.node,
-                    task.gpu_group,
-                    task.virtually_evicted,
-                    ref=op,
-                )
-                self.ops.append(undo)
-                return
-        raise ValueError(f"{task.key} was not evicted by this statement")
+                return op
+        return None
 
     # ------------------------------------------------------------ transactions
     def checkpoint(self) -> int:
@@ -145,7 +187,7 @@ class Statement:
         task.gpu_group = op.prev_group
         task.virtually_evicted = op.prev_virtual
         self._attach(task)
-        if op.kind == "evict":
+        if op.kind in ("evict", "unplace"):
             self.ssn.fire_allocate(task)
         else:
             self.ssn.fire_deallocate(task)
@@ -175,6 +217,11 @@ class Statement:
             task = op.task
             if op.kind == "unevict" or (op.kind == "evict" and op.undone):
                 continue
+            if op.kind == "unplace":
+                # Withdraw the placement this session made; no eviction reaches the cluster.
+                out = [d for d in out if not _places(d, task)]
+                ssn.decisions[:] = [d for d in ssn.decisions if not _places(d, task)]
+                continue
             if op.kind == "evict":
                 node = nodes.names[op.prev_node] if op.prev_node >= 0 else None
                 out.append(Decision(ssn.current_action, "evict", task, node, reason=op.reason))
@@ -192,3 +239,7 @@ class Statement:
         ssn.decisions.extend(out)
         self.ops = []
         return out
+
+
+def _places(decision: Decision, task: Task) -> bool:
+    return decision.task is task and decision.type != "evict"

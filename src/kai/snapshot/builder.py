@@ -403,11 +403,11 @@ def _shared_gpu_request(
     elif fraction > 0 or memory_mib > 0:
         request = request.copy()
         request[GPU] = 0.0
-        gpu_group = _gpu_group(pod, node)
+        gpu_group = gpu_group_of(pod, node)
     return request, fraction, memory_mib, gpu_group
 
 
-def _gpu_group(pod: PodObject, node: int) -> str | None:
+def gpu_group_of(pod: PodObject, node: int) -> str | None:
     """The shared GPU device a pod uses, from its gpu-group label."""
     group = pod.labels.get(GPU_GROUP_LABEL)
     if group is None:
