@@ -147,6 +147,8 @@ class ApplyReport:
     rollback_groups: list[str] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
     evict_failed: dict[str, str] = field(default_factory=dict)
+    # Evictions of pods that no node runs: refused, never sent.
+    evict_refused: dict[str, str] = field(default_factory=dict)
     pipelined: list[str] = field(default_factory=list)
     patched_groups: list[str] = field(default_factory=list)
     labelled: list[str] = field(default_factory=list)  # shared-GPU pods given their group
@@ -158,6 +160,7 @@ class ApplyReport:
             f"bound {len(self.bound)}, bind failed {len(self.bind_failed)}, "
             f"rolled back {len(self.rolled_back)} in {len(self.rollback_groups)} group(s), "
             f"evicted {len(self.evicted)}, evict failed {len(self.evict_failed)}, "
+            f"evict refused {len(self.evict_refused)}, "
             f"pipelined {len(self.pipelined)}, podgroups patched {len(self.patched_groups)}, "
             f"pod conditions {len(self.pod_conditions)}"
         )
@@ -226,7 +229,17 @@ class Binder:
     def _evict(
         self, result: SessionResult, snap: CacheSnapshot, report: ApplyReport, now: datetime
     ) -> None:
-        evicts = [d for d in result.decisions if d.type == "evict"]
+        evicts = []
+        for d in result.decisions:
+            if d.type != "evict":
+                continue
+            why_not = _not_evictable(snap.pods.get(d.pod))
+            if why_not is not None:
+                # The engine never asks this; a pending pod must not vanish if it did.
+                report.evict_refused[d.pod] = why_not
+                log.error("not evicting %s: %s", d.pod, why_not)
+                continue
+            evicts.append(d)
 
         def one(d: Any) -> tuple[Any, BaseException | None]:
             ns, _, name = d.pod.partition("/")
@@ -656,6 +669,18 @@ def _scheduled_condition(raw: dict, message: str, now: datetime) -> dict | None:
         "message": message,
         "lastTransitionTime": since,
     }
+
+
+def _not_evictable(raw: dict | None) -> str | None:
+    """Why a pod must not go to the Eviction API, or None when it may.  Only a pod bound
+    to a node is evicted: evicting anything else would delete a user's pending pod."""
+    if raw is None:
+        return "the pod is not in the cache"
+    if not (raw.get("spec") or {}).get("nodeName"):
+        return "the pod is not bound to a node"
+    if (raw.get("metadata") or {}).get("deletionTimestamp"):
+        return "the pod is terminating already"
+    return None
 
 
 def _mark_bound(node: str) -> Callable[[dict], bool]:
