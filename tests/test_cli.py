@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -125,3 +128,36 @@ def test_version_attribute_matches_the_command_line():
     result = invoke("--version")
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"kai, version {kai.__version__}"
+
+
+KAI = [sys.executable, "-m", "kai.cli"]
+
+
+def test_a_reader_that_closed_first_ends_the_command_quietly_with_141():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: the first write fails
+    try:
+        proc = subprocess.run(
+            [*KAI, "simulate", str(EXAMPLE)], stdout=write_end, stderr=subprocess.PIPE, timeout=120
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141
+    assert proc.stderr == b""
+
+
+def test_piped_into_head_exits_quietly(tmp_path):
+    # More output than a pipe holds, so the command is still writing when head exits.
+    path = write(
+        tmp_path, [node("n1"), queue("q")] + [pod(f"p{i}", queue="q") for i in range(3000)]
+    )
+    proc = subprocess.Popen(
+        [*KAI, "simulate", path], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    head = [proc.stdout.readline() for _ in range(3)]
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141
+    assert head[0] == b"{\n"
+    assert stderr == b""

@@ -17,16 +17,44 @@ def _fail_input(err: InputError) -> None:
     sys.exit(2)
 
 
+# Exit status of a command whose reader went away (``kai simulate ... | head``): what a
+# shell reports for cat, grep or git killed by SIGPIPE, 128 + SIGPIPE.  Python ignores
+# SIGPIPE and raises BrokenPipeError instead, so the CLI exits like those tools: quietly
+# and with their status.
+EXIT_BROKEN_PIPE = 141
+
+
+def _exit_on_broken_pipe() -> None:
+    # Point stdout at /dev/null so that the interpreter's final flush of what is still
+    # buffered does not fail again and print "Exception ignored ... BrokenPipeError".
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (embedded use)
+        pass
+    finally:
+        os.close(devnull)
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
 class _Group(click.Group):
-    """Maps user errors to exit code 2 and anything unexpected to 1, without tracebacks."""
+    """Maps user errors to exit code 2 and anything unexpected to 1, without tracebacks.
+
+    A closed stdout (the reader of a pipe exited) ends the command quietly with status
+    141, as cat or grep do.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a reader that went away fails here, not at exit
+            return result
         except InputError as err:
             _fail_input(err)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
+        except BrokenPipeError:
+            _exit_on_broken_pipe()
         except KeyboardInterrupt:
             sys.exit(130)
         except Exception as err:  # noqa: BLE001 - last-resort handler of the CLI
