@@ -1,0 +1,34 @@
+"""Gang scheduling through a real API server."""
+
+from __future__ import annotations
+
+from tests.e2e.cluster import Cluster, wait_for
+
+
+def test_gang_binds_whole_or_not_at_all(cluster: Cluster) -> None:
+    for i in range(2):
+        cluster.node(f"n{i}", gpus=4)
+    cluster.wait_nodes_ready()
+    cluster.queue("team", gpu_quota=8)
+    cluster.pod_group("fits", "team", min_member=2)
+    cluster.pod_group("too-big", "team", min_member=3)
+    for i in range(2):
+        cluster.pod(f"fits-{i}", group="fits", gpus=4)
+    for i in range(3):
+        cluster.pod(f"too-big-{i}", group="too-big", gpus=4)
+    cluster.kai()
+
+    wait_for(lambda: cluster.bound("fits-0", "fits-1"), 60, "the fitting gang bound")
+    placement = cluster.placement()
+    assert placement["fits-0"] != placement["fits-1"]  # 4 GPUs each: one node each
+    assert not any(placement[f"too-big-{i}"] for i in range(3))
+    pods = cluster.pods()
+    wait_for(lambda: cluster.pods()["fits-0"].status.phase == "Running", 20, "Running")
+    # The gang that cannot fit is told why, on its PodGroup and its pods.
+    group = wait_for(
+        lambda: (cluster.get_pod_group("too-big").get("status") or {}).get("schedulingConditions"),
+        20,
+        "an Unschedulable condition on the PodGroup",
+    )
+    assert group[0]["type"] == "UnschedulableOnNodePool"
+    assert pods["too-big-0"].spec.node_name is None
