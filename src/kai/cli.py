@@ -255,9 +255,9 @@ def _duration_option(name: str, value: str) -> float:
 )
 @click.option(
     "--listen-address",
-    default=":8080",
-    show_default=True,
-    help="Address of /metrics, /healthz and /readyz (port 0: any free port).",
+    default=None,
+    help="Address of /metrics, /healthz and /readyz (port 0: any free port). "
+    "[default: :8080; with --once or --dry-run, none unless given]",
 )
 @click.option(
     "--leader-elect/--no-leader-elect",
@@ -267,6 +267,36 @@ def _duration_option(name: str, value: str) -> float:
 )
 @click.option("--lease-namespace", default="kai-scheduler", show_default=True)
 @click.option("--lease-name", default="kai-scheduler", show_default=True)
+@click.option(
+    "--leader-elect-lease-duration",
+    default="15s",
+    show_default=True,
+    help="How long a standby waits, after the leader's last renewal, to take the lease.",
+)
+@click.option(
+    "--leader-elect-renew-deadline",
+    default="10s",
+    show_default=True,
+    help="How long the leader keeps trying to renew before it stops scheduling.",
+)
+@click.option(
+    "--leader-elect-retry-period",
+    default="2s",
+    show_default=True,
+    help="Pause between attempts to take or renew the lease.",
+)
+@click.option(
+    "--sync-timeout",
+    default="2m",
+    show_default=True,
+    help="How long to wait for the first list of every watched kind before giving up.",
+)
+@click.option(
+    "--watch-timeout",
+    default="5m",
+    show_default=True,
+    help="Server-side timeout of each watch; it is reopened from the last version seen.",
+)
 @click.option("--once", is_flag=True, help="Run one cycle after the cache syncs, then exit.")
 @click.option("--dry-run", is_flag=True, help="Compute and log decisions; write nothing.")
 @click.option(
@@ -308,6 +338,11 @@ def run(
     leader_elect,
     lease_namespace,
     lease_name,
+    leader_elect_lease_duration,
+    leader_elect_renew_deadline,
+    leader_elect_retry_period,
+    sync_timeout,
+    watch_timeout,
     once,
     dry_run,
     qps,
@@ -328,18 +363,44 @@ def run(
         level=getattr(logging, log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # A closed connection is retried by the informers, which say so once per interval;
+    # urllib3's own warning for each attempt would repeat it thousands of times.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     period = _duration_option("--schedule-period", schedule_period)
-    try:
-        parse_listen_address(listen_address)
-    except ValueError as err:
-        raise InputError(str(err), obj="--listen-address") from None
+    durations = {
+        flag: _duration_option(flag, value)
+        for flag, value in (
+            ("--leader-elect-lease-duration", leader_elect_lease_duration),
+            ("--leader-elect-renew-deadline", leader_elect_renew_deadline),
+            ("--leader-elect-retry-period", leader_elect_retry_period),
+            ("--sync-timeout", sync_timeout),
+            ("--watch-timeout", watch_timeout),
+        )
+    }
+    lease_duration = durations["--leader-elect-lease-duration"]
+    renew_deadline = durations["--leader-elect-renew-deadline"]
+    retry_period = durations["--leader-elect-retry-period"]
+    if leader_elect and not dry_run and not 0 < retry_period < renew_deadline < lease_duration:
+        raise InputError(
+            "need 0 < retry period < renew deadline < lease duration",
+            obj="--leader-elect-lease-duration",
+        )
+    if durations["--watch-timeout"] < 1:
+        raise InputError("must be at least 1s", obj="--watch-timeout")
+    if listen_address is None and not (once or dry_run):
+        listen_address = ":8080"
+    if listen_address is not None:
+        try:
+            parse_listen_address(listen_address)
+        except ValueError as err:
+            raise InputError(str(err), obj="--listen-address") from None
     config_obj = None
     if scheduler_conf:
         from kai.snapshot.loader import load_config_file
 
         config_obj = load_config_file(scheduler_conf)
     config = SchedulerConfig.from_object(config_obj)
-    from kai.k8s.client import KubeClient, parse_owner_resource
+    from kai.k8s.client import KubeClient, KubeConfigError, parse_owner_resource
 
     owners = [r.strip() for r in owner_resources.split(",") if r.strip()]
     for resource in owners:
@@ -349,10 +410,9 @@ def run(
             raise InputError(str(err), obj="--owner-resources") from None
     try:
         client = KubeClient.from_config(kubeconfig, context, qps=qps, burst=burst)
-    except Exception as err:  # noqa: BLE001 - a config problem is a usage error
-        raise InputError(
-            f"cannot load the Kubernetes configuration: {err}", obj="--kubeconfig"
-        ) from None
+    except KubeConfigError as err:
+        raise InputError(str(err), obj="--kubeconfig") from None
+    logging.getLogger("kai").info("API server %s (%s)", client.server, client.source)
     options = SchedulerOptions(
         scheduler_name=scheduler_name,
         schedule_period=period,
@@ -362,6 +422,11 @@ def run(
         leader_elect=leader_elect,
         lease_namespace=lease_namespace,
         lease_name=lease_name,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        sync_timeout=durations["--sync-timeout"],
+        watch_timeout=max(1, round(durations["--watch-timeout"])),
         dry_run=dry_run,
         backend=backend,
         owner_resources=owners,

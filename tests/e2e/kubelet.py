@@ -74,8 +74,7 @@ class FakeKubelet:
 
     def _watch(self, list_fn):
         listed = list_fn(_preload_content=True)
-        for item in listed.items:
-            yield item
+        yield from listed.items
         rv = listed.metadata.resource_version
         while not self._stop.is_set():
             w = watch.Watch()

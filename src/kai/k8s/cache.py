@@ -26,7 +26,15 @@ from typing import Any
 
 from kai.api.errors import InputError
 from kai.api.objects import ClusterObjects, NodeObject, PodObject, QueueObject
-from kai.k8s.client import KINDS, OWNER_KINDS, Kind, KubeClient, WatchStream, status_of
+from kai.k8s.client import (
+    KINDS,
+    OWNER_KINDS,
+    Kind,
+    KubeClient,
+    WatchStream,
+    describe_error,
+    status_of,
+)
 from kai.snapshot.loader import convert_object
 
 log = logging.getLogger(__name__)
@@ -85,6 +93,7 @@ class ClusterCache:
         partition_label_value: str = "",
         watch_timeout: int = 300,
         retry_backoff: float = 1.0,
+        max_retry_backoff: float = 30.0,
         missing_crd_retry: float = 60.0,
     ) -> None:
         self.client = client
@@ -98,6 +107,11 @@ class ClusterCache:
         self.partition_label_value = partition_label_value
         self.watch_timeout = watch_timeout
         self.retry_backoff = retry_backoff
+        self.max_retry_backoff = max(retry_backoff, max_retry_backoff)
+        self._backoff = {k.name: retry_backoff for k in self.kinds}
+        # Every informer fails at once when the API server is unreachable: one line per
+        # retry interval says so, not one per kind and attempt.
+        self._unreachable_quiet_until = 0.0
         self.missing_crd_retry = missing_crd_retry
         self._lock = threading.RLock()
         self._store: dict[str, dict[Key, _Entry]] = {k.name: {} for k in self.kinds}
@@ -169,6 +183,7 @@ class ClusterCache:
                 continue
             self._replace(kind, items)
             self._synced[kind.name].set()
+            self._backoff[kind.name] = self.retry_backoff
             try:
                 self._watch_loop(kind, rv)
             except Exception as err:  # noqa: BLE001
@@ -181,8 +196,25 @@ class ClusterCache:
         if self._stop.is_set():
             return
         self.errors[kind.name] += 1
-        log.warning("%s %s failed: %s; retrying in %.1fs", what, kind.name, err, self.retry_backoff)
-        self._stop.wait(self.retry_backoff)
+        wait = self._backoff[kind.name]
+        # Exponential backoff while the failures last, as client-go's reflector does.
+        self._backoff[kind.name] = min(self.max_retry_backoff, wait * 2)
+        if status_of(err) == 0:
+            with self._lock:
+                now = time.monotonic()
+                quiet = now < self._unreachable_quiet_until
+                if not quiet:
+                    self._unreachable_quiet_until = now + 0.9 * wait
+            if not quiet:
+                host = getattr(self.client, "server", "the API server")
+                log.warning(
+                    "cannot reach %s (%s); retrying in %.0fs", host, describe_error(err), wait
+                )
+        else:
+            log.warning(
+                "%s %s failed: %s; retrying in %.1fs", what, kind.name, describe_error(err), wait
+            )
+        self._stop.wait(wait)
 
     def _watch_loop(self, kind: Kind, rv: str) -> None:
         """Watch until 410 Gone (return: list again) or stop; reopen on timeouts."""

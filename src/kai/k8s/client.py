@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -47,7 +48,10 @@ __all__ = [
     "KINDS",
     "OWNER_KINDS",
     "KubeClient",
+    "KubeConfigError",
     "TokenBucket",
+    "describe_error",
+    "load_configuration",
     "parse_owner_resource",
     "status_of",
 ]
@@ -117,6 +121,81 @@ def parse_owner_resource(spec: str) -> Kind:
         singular = plural[:-1] if plural.endswith("s") else plural
         kind = singular[:1].upper() + singular[1:]
     return Kind(kind, group, version, plural, True, True)
+
+
+class KubeConfigError(Exception):
+    """No usable Kubernetes client configuration; the message names what was tried."""
+
+
+def load_configuration(
+    kubeconfig: str | None = None, context: str | None = None
+) -> tuple[k8s.Configuration, str]:
+    """A client configuration and a description of where it came from.
+
+    The order is kubectl's and client-go's: an explicit kubeconfig (or context), else the
+    in-cluster service account, else ``$KUBECONFIG``, else ``~/.kube/config``.
+    """
+    cfg = k8s.Configuration()
+    if kubeconfig or context:
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        try:
+            k8s_config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=cfg
+            )
+        except (k8s_config.ConfigException, OSError, ValueError, TypeError) as err:
+            raise KubeConfigError(f"cannot use kubeconfig {where}: {err}") from None
+        return cfg, f"kubeconfig {where}" + (f", context {context}" if context else "")
+    tried = []
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+            return cfg, "in-cluster service account"
+        except k8s_config.ConfigException as err:
+            tried.append(f"in-cluster ({err})")
+    else:
+        tried.append("in-cluster (KUBERNETES_SERVICE_HOST is not set)")
+    env = os.environ.get("KUBECONFIG")
+    home = os.path.expanduser("~/.kube/config")
+    if not env:
+        tried.append("$KUBECONFIG (not set)")
+    candidates = [p for p in (env.split(os.pathsep) if env else []) if p] or [home]
+    if env and not any(os.path.exists(p) for p in candidates):
+        tried.append(f"$KUBECONFIG ({env}: no such file)")
+        candidates = [home]
+    if not os.path.exists(candidates[0]) and candidates == [home]:
+        tried.append(f"~/.kube/config ({home}: no such file)")
+        raise KubeConfigError("no Kubernetes configuration found; tried " + ", ".join(tried))
+    try:
+        k8s_config.load_kube_config(client_configuration=cfg)
+    except (k8s_config.ConfigException, OSError, ValueError, TypeError) as err:
+        label = "$KUBECONFIG" if env and candidates != [home] else "~/.kube/config"
+        tried.append(f"{label} ({err})")
+        tried_all = ", ".join(tried)
+        raise KubeConfigError(f"no usable Kubernetes configuration; tried {tried_all}") from None
+    label = f"$KUBECONFIG {env}" if env and candidates != [home] else f"kubeconfig {home}"
+    try:
+        _, active = k8s_config.list_kube_config_contexts()
+        label += f", context {active['name']}"
+    except Exception:  # noqa: BLE001 - only for the description
+        pass
+    return cfg, label
+
+
+def describe_error(err: BaseException) -> str:
+    """A one-line account of a failed request (urllib3 nests the cause several deep)."""
+    if isinstance(err, ApiException):
+        return f"{err.status} {err.reason}".strip()
+    cause: BaseException = err
+    while True:
+        inner = getattr(cause, "reason", None)
+        if not isinstance(inner, BaseException):
+            break
+        cause = inner
+    text = str(cause)
+    # "<urllib3.connection.HTTPSConnection object at 0x..>: Failed to establish ..."
+    if ">: " in text:
+        text = text.split(">: ", 1)[1]
+    return text.splitlines()[0][:300] if text else type(cause).__name__
 
 
 def status_of(err: BaseException) -> int:
@@ -203,6 +282,8 @@ class KubeClient:
         self.coordination = k8s.CoordinationV1Api(api_client)
         self.timeout = request_timeout
         self.limiter = TokenBucket(qps, burst)
+        self.server = str(api_client.configuration.host)
+        self.source = "configuration given in code"
         # _headers (a metadata-only Accept) exists in the regenerated clients only.
         params = inspect.signature(self.custom.list_cluster_custom_object).parameters
         self.metadata_only_lists = "_headers" in params
@@ -218,18 +299,12 @@ class KubeClient:
         qps: float = 50.0,
         burst: int = 300,
     ) -> KubeClient:
-        """Kubeconfig when given (or $KUBECONFIG / ~/.kube/config), else in-cluster config."""
-        cfg = k8s.Configuration()
-        if kubeconfig or context:
-            k8s_config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=cfg
-            )
-        else:
-            try:
-                k8s_config.load_incluster_config(client_configuration=cfg)
-            except k8s_config.ConfigException:
-                k8s_config.load_kube_config(client_configuration=cfg)
-        return cls.from_configuration(cfg, qps_pool=qps_pool, qps=qps, burst=burst)
+        """The kubeconfig given, else the in-cluster config, else ``$KUBECONFIG`` or
+        ``~/.kube/config``; :class:`KubeConfigError` says which sources were tried."""
+        cfg, source = load_configuration(kubeconfig, context)
+        client = cls.from_configuration(cfg, qps_pool=qps_pool, qps=qps, burst=burst)
+        client.source = source
+        return client
 
     @classmethod
     def from_configuration(
