@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -117,6 +118,75 @@ def test_config_file_option(tmp_path):
     )
     out = json.loads(invoke("simulate", path, "--config", str(config)).stdout)
     assert out["pods"]["default/a"]["node"] == "n2"
+
+
+CONFIG_HEADER = "apiVersion: kai.scheduler/v1\nkind: SchedulerConfiguration\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "needle"),
+    [
+        ("actions: allocate, teleport\n", "field actions", "teleport"),
+        ("actions: 5\n", "field actions", "a comma-separated string or a list"),
+        (
+            "tiers:\n- plugins:\n  - name: predicates\n  - name: nope\n",
+            "field tiers[0].plugins[1].name",
+            "unknown plugin 'nope'",
+        ),
+        (
+            "tiers:\n- plugins: [predicates]\n- plugins:\n  - name: proportion\n"
+            "    arguments: {kValue: lots}\n",
+            "field tiers[1].plugins[0].arguments.kValue",
+            "'lots' is not a number",
+        ),
+        (
+            "tiers:\n- plugins:\n  - name: nodeplacement\n    arguments: {gpux: spread}\n",
+            "field tiers[0].plugins[0].arguments",
+            "unknown argument(s) gpux",
+        ),
+        ("queueDepthPerAction: {dance: 3}\n", "field queueDepthPerAction.dance", "dance"),
+        (
+            "scenarioSearchBudgets:\n  maxActionSearchDuration: {dance: 1s}\n",
+            "field scenarioSearchBudgets.maxActionSearchDuration",
+            "dance",
+        ),
+        ("reclaimMinRuntime: soon\n", "field reclaimMinRuntime", "soon"),
+    ],
+    ids=[
+        "unknown-action",
+        "actions-not-a-list",
+        "unknown-plugin",
+        "bad-argument-value",
+        "unknown-argument",
+        "depth-of-unknown-action",
+        "unknown-budget-key",
+        "bad-duration",
+    ],
+)
+@pytest.mark.parametrize("form", ["object", "bare"])
+def test_config_file_errors_name_the_file_and_the_field(tmp_path, body, field, needle, form):
+    cluster = write(tmp_path, [node("n1"), queue("q")])
+    config = tmp_path / "my-config.yaml"
+    config.write_text((CONFIG_HEADER if form == "object" else "") + body)
+    for args in (
+        ("simulate", cluster, "--config", str(config)),
+        ("run", "--once", "--scheduler-conf", str(config), "--kubeconfig", "/nonexistent"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        message = result.output.strip()
+        assert message.startswith(f"kai: error: {config}, document 0, "), message
+        assert field in message and needle in message, message
+        assert "Traceback" not in result.output
+
+
+def test_actions_option_errors_name_the_option_not_a_file(tmp_path):
+    cluster = write(tmp_path, [node("n1")])
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG_HEADER + "actions: allocate\n")
+    result = invoke("simulate", cluster, "--config", str(config), "--actions", "allocate,dance")
+    assert result.exit_code == 2
+    assert result.output.startswith("kai: error: --actions: unknown action 'dance'")
 
 
 def test_version_attribute_matches_the_command_line():

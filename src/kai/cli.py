@@ -87,6 +87,9 @@ def _split_actions(value: str | None) -> list[str] | None:
     actions = [a.strip() for a in value.split(",") if a.strip()]
     if not actions:
         raise InputError("no action named", obj="--actions")
+    from kai.config import check_action_names
+
+    check_action_names(actions, obj="--actions", field=None)
     return actions
 
 

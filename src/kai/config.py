@@ -77,7 +77,9 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = tuple(
 )
 
 
-def check_action_names(names: Sequence[str]) -> None:
+def check_action_names(
+    names: Sequence[str], *, obj: str = "SchedulerConfiguration", field: str | None = "actions"
+) -> None:
     """Raise a ConfigError for the first name that is not a registered action."""
     from kai.actions import action_names
 
@@ -86,8 +88,8 @@ def check_action_names(names: Sequence[str]) -> None:
         if name not in known:
             raise ConfigError(
                 f"unknown action {name!r} (known: {', '.join(sorted(known))})",
-                obj="SchedulerConfiguration",
-                field="actions",
+                obj=obj,
+                field=field,
             )
 
 
@@ -110,6 +112,25 @@ class SchedulerConfig:
     def from_object(
         cls, obj: SchedulerConfigObject | None, *, actions: Sequence[str] | None = None
     ) -> SchedulerConfig:
+        """Build and check a configuration; what ``obj`` leaves out takes KAI's defaults.
+
+        ``actions`` replaces the configured actions.  An error in ``obj`` names the field
+        and, when ``obj`` was loaded from a file, the file and document.
+        """
+        if actions is not None:
+            check_action_names(actions)  # not from the file: reported without it
+        try:
+            return cls._from_object(obj, actions)
+        except ConfigError as err:
+            source = obj.source if obj is not None else None
+            if source is None:
+                raise
+            raise err.located(file=source.file, document=source.document) from None
+
+    @classmethod
+    def _from_object(
+        cls, obj: SchedulerConfigObject | None, actions: Sequence[str] | None
+    ) -> SchedulerConfig:
         from kai.actions import action_names
 
         known = action_names()
@@ -117,9 +138,9 @@ class SchedulerConfig:
             chosen = list(actions)
         elif obj is not None and obj.actions:
             chosen = list(obj.actions)
+            check_action_names(chosen)
         else:
             chosen = [a for a in KAI_DEFAULT_ACTIONS if a in known]
-        check_action_names(chosen)
         if obj is not None and obj.tiers:
             tiers = [list(t) for t in obj.tiers]
         else:
@@ -133,7 +154,7 @@ class SchedulerConfig:
                 raise ConfigError(
                     f"unknown action {action!r}",
                     obj="SchedulerConfiguration",
-                    field="queueDepthPerAction",
+                    field=f"queueDepthPerAction.{action}",
                 )
             if value < 0:
                 raise ConfigError(
@@ -153,14 +174,25 @@ class SchedulerConfig:
         return config
 
     def build_plugins(self) -> list[tuple[int, Any]]:
-        """Instantiate the configured plugins as (tier index, plugin) pairs."""
+        """Instantiate the configured plugins as (tier index, plugin) pairs.
+
+        An unknown plugin or a bad argument is a ConfigError whose field says which
+        plugin of which tier (``tiers[0].plugins[2].arguments.kValue``).
+        """
         from kai.framework.plugin import get_plugin_builder
 
         built = []
         for tier_index, tier in enumerate(self.tiers):
-            for option in tier:
-                builder = get_plugin_builder(option.name)
-                built.append((tier_index, builder(option.arguments)))
+            for index, option in enumerate(tier):
+                where = f"tiers[{tier_index}].plugins[{index}]"
+                try:
+                    builder = get_plugin_builder(option.name)
+                except ConfigError as err:
+                    raise ConfigError(err.message, obj=err.obj, field=f"{where}.name") from None
+                try:
+                    built.append((tier_index, builder(option.arguments)))
+                except ConfigError as err:
+                    raise err.located(field_prefix=where) from None
         return built
 
     def plugin_arguments(self, name: str) -> dict[str, Any] | None:

@@ -44,6 +44,26 @@ class InputError(KaiError):
         prefix = ": ".join([", ".join(where)]) if where else ""
         return f"{prefix}: {self.message}" if prefix else self.message
 
+    def located(
+        self,
+        *,
+        file: str | None = None,
+        document: int | None = None,
+        field_prefix: str | None = None,
+    ) -> InputError:
+        """A copy of this error that also says where it is.
+
+        ``file`` and ``document`` apply when the error names no file yet;
+        ``field_prefix`` is the path of the object its field is in (``tiers[0].plugins[2]``
+        before ``arguments.kValue``).
+        """
+        field = self.field
+        if field_prefix:
+            field = f"{field_prefix}.{field}" if field else field_prefix
+        if self.file is not None:
+            file, document = self.file, self.document
+        return type(self)(self.message, file=file, document=document, obj=self.obj, field=field)
+
 
 class ConfigError(InputError):
     """Bad scheduler configuration (unknown action or plugin, bad plugin argument)."""
