@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, utils
+from kubernetes import client, utils, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.controlplane import ADMIN_TOKEN, REPO, ControlPlane, free_port
@@ -125,6 +126,36 @@ class E2E:
         self.api = self._client()
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+
+
+class DeletionRecorder:
+    """Watches a namespace and records every pod deletion with the node it was on."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.deleted: dict[str, str | None] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        rv = self.cluster.core.list_namespaced_pod(self.cluster.ns).metadata.resource_version
+        while not self._stop.is_set():
+            w = watch.Watch()
+            for event in w.stream(
+                self.cluster.core.list_namespaced_pod,
+                self.cluster.ns,
+                resource_version=rv,
+                timeout_seconds=2,
+            ):
+                pod = event["object"]
+                rv = pod.metadata.resource_version
+                if event["type"] == "DELETED" or pod.metadata.deletion_timestamp:
+                    self.deleted.setdefault(pod.metadata.name, pod.spec.node_name)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 class KaiProcess:
