@@ -185,9 +185,14 @@ class KaiProcess:
             return resp.read().decode()
 
     def metric(self, name: str, labels: str = "") -> float:
-        """The value of one sample (``labels`` as in the exposition, e.g. 'kind="Pod"')."""
+        """The value of one sample (``labels`` as in the exposition, e.g. 'kind="Pod"');
+        -1 while the process does not serve its metrics yet."""
         pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else "")
-        for line in self.metrics().splitlines():
+        try:
+            text = self.metrics()
+        except OSError:
+            return -1.0
+        for line in text.splitlines():
             if re.match(pattern + r"\s", line):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
