@@ -270,6 +270,10 @@ _OUTPUT_STATUS = {
 }
 
 _SCHEDULED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+# Reasons of groups with nothing for this scheduler to do: no pods yet, or only pods
+# that name another scheduler (which owns the group, its status and its events).
+NO_PODS_REASON = "PodGroup has no pods in the snapshot"
+IDLE_REASON = "no pods to schedule"
 
 
 def _format_time(ts: datetime) -> str:
@@ -293,7 +297,7 @@ def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult
             pipelined = any(t.status is TaskStatus.PIPELINED for t in tasks)
             idle = job.count(ACTIVE_ALLOCATED) == 0 and not job.has_pending()
     if not tasks:
-        reason = "PodGroup has no pods in the snapshot"
+        reason = NO_PODS_REASON
     elif job.invalid_reason:
         reason = job.invalid_reason
     elif scheduled:
@@ -303,7 +307,7 @@ def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult
     elif fit_errors:
         reason = fit_errors[0]  # the first action to try it (allocate) says most
     elif idle:
-        reason = "no pods to schedule"
+        reason = IDLE_REASON
     else:
         reason = "not scheduled in this session"
     preemptibility = job.preemptibility

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.e2e.cluster import Cluster, wait_for
 
 
@@ -32,3 +34,23 @@ def test_gang_binds_whole_or_not_at_all(cluster: Cluster) -> None:
     )
     assert group[0]["type"] == "UnschedulableOnNodePool"
     assert pods["too-big-0"].spec.node_name is None
+
+
+def test_leaves_another_schedulers_groups_alone(cluster: Cluster) -> None:
+    cluster.node("n0", gpus=1)
+    cluster.wait_nodes_ready()
+    cluster.queue("team", gpu_quota=1)
+    cluster.pod_group("theirs", "team")
+    cluster.pod("theirs-0", group="theirs", gpus=1, scheduler="someone-else")
+    cluster.pod("ours", queue="team", gpus=1)
+    cluster.kai()
+    wait_for(lambda: cluster.bound("ours"), 60, "kai's own pod bound")
+    wait_for(lambda: cluster.pods()["ours"].status.phase == "Running", 20, "Running")
+    # Several cycles later, nothing of the other scheduler's group was written.
+    time.sleep(2)
+    group = cluster.get_pod_group("theirs")
+    assert not (group.get("status") or {}).get("schedulingConditions")
+    assert not cluster.events("theirs") and not cluster.events("theirs-0")
+    pod = cluster.pods()["theirs-0"]
+    assert pod.spec.node_name is None
+    assert not [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]

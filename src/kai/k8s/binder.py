@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from kai.engine import LAST_START_ANNOTATION, STALE_ANNOTATION, SessionResult
+from kai.engine import (
+    IDLE_REASON,
+    LAST_START_ANNOTATION,
+    NO_PODS_REASON,
+    STALE_ANNOTATION,
+    SessionResult,
+)
 from kai.k8s.cache import POD_GROUP_ANNOTATION, CacheSnapshot, ClusterCache
 from kai.k8s.client import POD_GROUP, KubeClient, status_of
 from kai.k8s.metrics import SchedulerMetrics
@@ -35,8 +41,9 @@ LAST_EVICTION_ANNOTATION = "kai.scheduler/last-eviction-timestamp"
 UNSCHEDULABLE_CONDITION = "UnschedulableOnNodePool"
 RECEIVED_RESOURCE_TYPE_ANNOTATION = "received-resource-type"
 RECEIVED_TYPE_FRACTION = "Fraction"
-# Group outcomes that are no scheduling problem (nothing to say in an event).
-_QUIET_REASONS = frozenset({"no pods to schedule"})
+# Group outcomes that are no scheduling problem (nothing to say in an event or a
+# condition); a group whose pods all name another scheduler is that scheduler's to tell.
+_QUIET_REASONS = frozenset({IDLE_REASON, NO_PODS_REASON})
 
 
 def _rfc3339(ts: datetime) -> str:
