@@ -224,6 +224,11 @@ def _duration_option(name: str, value: str) -> float:
     return seconds
 
 
+def _duration_flag(name: str, default: str, help_: str):
+    """A flag that takes a Go duration (``500ms``, ``15s``, ``2m``)."""
+    return click.option(name, default=default, show_default=True, help=help_)
+
+
 @main.command()
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Kubeconfig file.")
 @click.option("--context", help="Kubeconfig context (default: its current context).")
@@ -233,11 +238,8 @@ def _duration_option(name: str, value: str) -> float:
     show_default=True,
     help="Schedule the pods whose spec.schedulerName is this.",
 )
-@click.option(
-    "--schedule-period",
-    default="1s",
-    show_default=True,
-    help="Pause between the end of a cycle and the next (Go duration).",
+@_duration_flag(
+    "--schedule-period", "1s", "Pause between the end of a cycle and the next (Go duration)."
 )
 @click.option(
     "--scheduler-conf",
@@ -270,35 +272,28 @@ def _duration_option(name: str, value: str) -> float:
 )
 @click.option("--lease-namespace", default="kai-scheduler", show_default=True)
 @click.option("--lease-name", default="kai-scheduler", show_default=True)
-@click.option(
+@_duration_flag(
     "--leader-elect-lease-duration",
-    default="15s",
-    show_default=True,
-    help="How long a standby waits, after the leader's last renewal, to take the lease.",
+    "15s",
+    "How long a standby waits, after the leader's last renewal, to take the lease.",
 )
-@click.option(
+@_duration_flag(
     "--leader-elect-renew-deadline",
-    default="10s",
-    show_default=True,
-    help="How long the leader keeps trying to renew before it stops scheduling.",
+    "10s",
+    "How long the leader keeps trying to renew before it stops scheduling.",
 )
-@click.option(
-    "--leader-elect-retry-period",
-    default="2s",
-    show_default=True,
-    help="Pause between attempts to take or renew the lease.",
+@_duration_flag(
+    "--leader-elect-retry-period", "2s", "Pause between attempts to take or renew the lease."
 )
-@click.option(
+@_duration_flag(
     "--sync-timeout",
-    default="2m",
-    show_default=True,
-    help="How long to wait for the first list of every watched kind before giving up.",
+    "2m",
+    "How long to wait for the first list of every watched kind before giving up.",
 )
-@click.option(
+@_duration_flag(
     "--watch-timeout",
-    default="5m",
-    show_default=True,
-    help="Server-side timeout of each watch; it is reopened from the last version seen.",
+    "5m",
+    "Server-side timeout of each watch; it is reopened from the last version seen.",
 )
 @click.option("--once", is_flag=True, help="Run one cycle after the cache syncs, then exit.")
 @click.option("--dry-run", is_flag=True, help="Compute and log decisions; write nothing.")
