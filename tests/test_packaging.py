@@ -8,7 +8,9 @@ recompile only the sources whose bytes changed.
 
 from __future__ import annotations
 
+import ast
 import fcntl
+import re
 import shutil
 import subprocess
 import sys
@@ -190,3 +192,41 @@ def test_a_wheel_builds_from_the_unpacked_sdist(
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in text
     assert "kai simulate" in text  # the README is the long description
+
+
+def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_cibuildwheel_runs_tests_against_the_installed_wheel() -> None:
+    config = _pyproject()["tool"]["cibuildwheel"]
+    commands = config["test-command"]
+    commands = [commands] if isinstance(commands, str) else commands
+    runs = [c for c in commands if c.split()[0] == "pytest" or c.startswith("python -m pytest")]
+    assert runs, commands
+    files = [ROOT / p for p in re.findall(r"\{project\}/(\S+\.py)", " ".join(runs))]
+    assert files and all(f.is_file() for f in files), files
+    # Each test runs with the wheel's runtime dependencies and test-requires only.
+    requirements = [*_pyproject()["project"]["dependencies"], *config["test-requires"]]
+    dists = {re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower() for r in requirements}
+    module_of = {"pyyaml": "yaml", "prometheus-client": "prometheus_client"}
+    allowed = {module_of.get(d, d) for d in dists} | {"kai", "tests", "_pytest", "__future__"}
+    helpers = [ROOT / "tests" / n for n in ("conftest.py", "factory.py", "_kai_cluster.py")]
+    for path in files + helpers:
+        missing = _top_level_imports(path) - allowed - set(sys.stdlib_module_names)
+        assert not missing, (path.name, missing)
