@@ -10,8 +10,7 @@ Embed it without any cluster connection::
         print(decision.type, decision.pod, decision.node)
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _distribution_version
+import importlib.metadata as _metadata
 
 from kai.api.errors import ConfigError, InputError, KaiError
 from kai.config import SchedulerConfig
@@ -28,8 +27,8 @@ from kai.framework import Event, EventHandler, NodeInfo, Plugin, Session, regist
 
 try:
     # The one source of the version is pyproject.toml, read from the installed metadata.
-    __version__: str = _distribution_version("kai")
-except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__: str = _metadata.version("kai")
+except _metadata.PackageNotFoundError:  # imported from a source tree never installed
     __version__ = "0+unknown"
 
 __all__ = [
