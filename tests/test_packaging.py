@@ -221,8 +221,17 @@ def test_cibuildwheel_runs_tests_against_the_installed_wheel() -> None:
     assert runs, commands
     files = [ROOT / p for p in re.findall(r"\{project\}/(\S+\.py)", " ".join(runs))]
     assert files and all(f.is_file() for f in files), files
-    # Each test runs with the wheel's runtime dependencies and test-requires only.
-    requirements = [*_pyproject()["project"]["dependencies"], *config["test-requires"]]
+    # Each test runs with the wheel's runtime dependencies, its test-extras and
+    # test-requires only.
+    project = _pyproject()["project"]
+    requirements = [*project["dependencies"], *config["test-requires"]]
+    extras = list(config.get("test-extras", []))
+    while extras:
+        for requirement in project["optional-dependencies"][extras.pop()]:
+            if requirement.startswith("kai["):  # an extra made of other extras
+                extras += requirement[4:-1].split(",")
+            else:
+                requirements.append(requirement)
     dists = {re.split(r"[<>=!~ \[;]", r, maxsplit=1)[0].lower() for r in requirements}
     module_of = {"pyyaml": "yaml", "prometheus-client": "prometheus_client"}
     allowed = {module_of.get(d, d) for d in dists} | {"kai", "tests", "_pytest", "__future__"}

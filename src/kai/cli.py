@@ -74,10 +74,24 @@ def main() -> None:
     retain_memory()  # sessions reuse the memory the previous one freed
 
 
+def _check_backend(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    # A backend that cannot load (numba not installed) is a usage error, said before any work.
+    from kai.backends import ENV_VAR, BackendUnavailableError, get_backend
+
+    if value is not None or os.environ.get(ENV_VAR, "").strip():
+        try:
+            get_backend(value)
+        except (BackendUnavailableError, ValueError) as err:  # ValueError: unknown $KAI_BACKEND
+            raise InputError(str(err), obj="--backend" if value else f"${ENV_VAR}") from None
+    return value
+
+
 _backend_option = click.option(
     "--backend",
     type=click.Choice(["native", "numba", "python"]),
-    help="Compute backend (default: $KAI_BACKEND, else native when built, else numba).",
+    callback=_check_backend,
+    help="Compute backend (default: $KAI_BACKEND, else native when built, else numba when "
+    "installed, else python).",
 )
 
 
@@ -354,7 +368,16 @@ def run(
     import signal
 
     from kai.config import SchedulerConfig
-    from kai.k8s.scheduler import Scheduler, SchedulerOptions
+
+    try:
+        from kai.k8s.scheduler import Scheduler, SchedulerOptions
+    except ImportError as err:
+        missing = {"kubernetes": "the Kubernetes client", "prometheus_client": "prometheus-client"}
+        what = missing.get((err.name or "").split(".")[0])
+        if what is None:
+            raise
+        click.echo(f"kai: error: kai run needs {what}: pip install 'kai[k8s]'", err=True)
+        sys.exit(2)
     from kai.k8s.server import parse_listen_address
 
     logging.basicConfig(

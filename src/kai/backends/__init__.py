@@ -34,6 +34,7 @@ Adding a kernel ``foo``:
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 
@@ -62,8 +63,13 @@ _MODULES = {
     "python": "kai.backends.python_backend",
 }
 
+#: The extra that installs what a backend needs, for the error that says it is missing.
+_EXTRAS = {"numba": "numba"}
+
 _cache: dict[str, Backend] = {}
 _lock = threading.Lock()
+_default: str | None = None  # the backend get_backend() picks without a name or $KAI_BACKEND
+_log = logging.getLogger(__name__)
 
 
 class BackendUnavailableError(ImportError):
@@ -90,7 +96,12 @@ def _load(name: str) -> Backend:
             if name == "numba":
                 importlib.import_module("numba")  # verify numba works, kernels stay lazy
         except ImportError as exc:
-            raise BackendUnavailableError(f"kai backend {name!r} is not available: {exc}") from exc
+            extra = _EXTRAS.get(name)
+            if extra is not None and exc.name == extra:
+                message = f"kai backend {name!r} needs {extra}: pip install 'kai[{extra}]'"
+            else:
+                message = f"kai backend {name!r} is not available: {exc}"
+            raise BackendUnavailableError(message) from exc
         backend = KernelSet(name, module)
         _cache[name] = backend
         return backend
@@ -107,13 +118,24 @@ def get_backend(name: str | None = None) -> Backend:
         env = os.environ.get(ENV_VAR, "").strip()
         if env:
             return _load(_check_name(env))
-        for candidate in BACKEND_NAMES:
-            try:
-                return _load(candidate)
-            except BackendUnavailableError:
-                continue
-        raise AssertionError("unreachable: the python backend always loads")
+        return _load(_default or _pick_default())
     return _load(_check_name(name))
+
+
+def _pick_default() -> str:
+    """The first loadable backend; logged once, with why the faster ones were passed over."""
+    global _default
+    skipped = []
+    for candidate in BACKEND_NAMES:
+        try:
+            _load(candidate)
+        except BackendUnavailableError as exc:
+            skipped.append(str(exc))
+            continue
+        _default = candidate
+        _log.debug("kai backend %r by default%s", candidate, "".join(f"; {s}" for s in skipped))
+        return candidate
+    raise AssertionError("unreachable: the python backend always loads")
 
 
 def available_backends() -> list[str]:
