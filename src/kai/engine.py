@@ -16,7 +16,7 @@ from typing import Any
 
 from kai.actions import get_action
 from kai.api.errors import InputError
-from kai.api.model import ACTIVE_ALLOCATED, ClusterState, Job, TaskStatus
+from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ClusterState, Job, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
 from kai.api.preemptibility import (
     NON_PREEMPTIBLE,
@@ -102,6 +102,12 @@ class PodGroupResult:
     annotations: Mapping[str, str] = field(default_factory=dict)
     # What the PodGroup controller would write into the PodGroup's status.
     status: Mapping[str, Any] = field(default_factory=dict)
+    # For people reading the result (not in the JSON): the pods beyond minMember and how
+    # many of them still wait, for a group whose gang runs; the evictions of its pods
+    # this session.
+    extra_pods: int = 0
+    extra_pods_waiting: int = 0
+    evictions: tuple[DecisionRecord, ...] = ()
 
 
 @dataclass
@@ -109,6 +115,7 @@ class QueueResult:
     fair_share: dict[str, float]
     allocated: dict[str, float]
     requested: dict[str, float]
+    parent: str | None = None  # not in the JSON: the tree, for people reading the result
 
 
 @dataclass
@@ -280,7 +287,12 @@ def _format_time(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult:
+def _job_result(
+    key: str,
+    job: Job,
+    annotations: _Annotations,
+    evictions: tuple[DecisionRecord, ...] = (),
+) -> PodGroupResult:
     tasks = job.tasks
     fit_errors = job.fit_errors
     if len(tasks) == 1:
@@ -310,6 +322,12 @@ def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult
         reason = IDLE_REASON
     else:
         reason = "not scheduled in this session"
+    extra = waiting = 0
+    if scheduled and len(tasks) > job.min_member:
+        # An elastic group: its gang runs, the pods beyond minMember may still wait.
+        waiting = sum(1 for t in tasks if t.status is TaskStatus.PENDING)
+        if waiting:
+            extra = max(job.count(ALIVE) - job.min_member, waiting)
     preemptibility = job.preemptibility
     # The job's lists are handed over: the session is released after collection.
     return PodGroupResult(
@@ -323,6 +341,9 @@ def _job_result(key: str, job: Job, annotations: _Annotations) -> PodGroupResult
         job.warnings,
         annotations(job.new_start_timestamp, job.stale_since_set),
         published_status(job) if preemptibility == SEMI_PREEMPTIBLE else _STATUS_OF[preemptibility],
+        extra,
+        waiting,
+        evictions,
     )
 
 
@@ -365,12 +386,16 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     """
     annotations = _Annotations()
     decisions = ssn.decisions
+    evictions: dict[str, list[DecisionRecord]] = {}
     for d in decisions:
         task = d.task
         if task is None:
             continue  # collected already
         d.pod = f"{task.namespace}/{task.name}"
-        if d.type == "bind":
+        if d.type == "evict":
+            if (victim := task.job) is not None:
+                evictions.setdefault(f"{victim.namespace}/{victim.name}", []).append(d)
+        elif d.type == "bind":
             job = task.job
             if job is not None and (last_start := job.new_start_timestamp) is not None:
                 d.pod_group_annotations = annotations(last_start)
@@ -389,7 +414,10 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     ]
     pods = dict(sorted(zip(keys, results)))  # keys are unique: results never compared
     jobs = ssn.jobs
-    groups = {key: _job_result(key, jobs[key], annotations) for key in sorted(jobs)}
+    groups = {
+        key: _job_result(key, jobs[key], annotations, tuple(evictions.get(key, ())))
+        for key in sorted(jobs)
+    }
     queues = {}
     for name in sorted(ssn.queues):
         fair = ssn.queue_info("queue_fair_share", name) or {}
@@ -397,5 +425,6 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
             fair_share=fair,
             allocated=ssn.queue_info("queue_allocated", name) or {},
             requested=ssn.queue_info("queue_requested", name) or {},
+            parent=ssn.queues[name].parent,
         )
     return SessionResult(decisions, pods, groups, queues, timings or {}, list(ssn.state.warnings))
