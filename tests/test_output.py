@@ -1,0 +1,126 @@
+"""``kai simulate --output table``: what a person reads, on small clusters."""
+
+from __future__ import annotations
+
+from kai.output import render_table
+from tests._kai_cluster import J, T, build, queue, run
+
+
+def section(table: str, title: str) -> list[str]:
+    """The lines of one section of the table, without its title."""
+    lines = table.splitlines()
+    start = lines.index(title) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i]), len(lines))
+    return lines[start:end]
+
+
+def row(lines: list[str], first: str) -> list[str]:
+    """The cells (split on runs of spaces) of the row whose first cell is ``first``."""
+    for line in lines:
+        cells = line.split()
+        if cells and cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in {lines}")
+
+
+# ------------------------------------------------------------------ queues
+def test_queues_are_drawn_as_a_tree_with_gpu_cpu_and_memory_in_gib() -> None:
+    snap = build(
+        {"n0": 8},
+        [queue("train", 4, parent="research"), queue("infer", 2, parent="research")],
+        [J("a", "train", [T(), T()], cpu="2")],
+        departments=[queue("research", -1, parent=None), queue("ops", -1, parent=None)],
+    )
+    lines = section(render_table(run(snap, ["allocate"])), "QUEUES")
+    assert "GPU" in lines[0] and "CPU (cores)" in lines[0] and "MEMORY (GiB)" in lines[0]
+    assert lines[1].split() == ["QUEUE"] + ["ALLOC", "FAIR", "REQ"] * 3
+    names = [line.split("  ")[0].rstrip() for line in lines[2:]]
+    # Parents before their children, each level by name.
+    assert names == ["ops", "research", "├─ infer", "└─ train"]
+    train = lines[2:][names.index("└─ train")].split()
+    # 2 pods of 1 GPU, 2 cores and 1G (10^9 bytes) each.
+    assert train[2:5] == ["2", "2", "2"]  # GPU alloc, fair, requested
+    assert train[5] == "4" and train[7] == "4"  # cores allocated, requested
+    assert train[8] == "1.86" and train[10] == "1.86"  # 2e9 bytes in GiB
+
+
+# ------------------------------------------------------------------ GPU groups
+def test_fractional_binds_show_their_gpu_group() -> None:
+    snap = build({"n0": 1}, [queue("q", 1)], [J("half", "q", [T()], gpus=0.5)])
+    result = run(snap, ["allocate"])
+    (decision,) = result.decisions
+    assert decision.gpu_groups  # the device the fraction shares
+    table = render_table(result)
+    decisions = section(table, "DECISIONS")
+    assert "GPU GROUP" in decisions[0]
+    assert decision.gpu_groups[0] in row(decisions, "allocate")
+    assert decision.gpu_groups[0] in row(section(table, "PODS"), "ns/half-0")
+
+
+def test_whole_gpu_decisions_have_no_gpu_group_column() -> None:
+    snap = build({"n0": 1}, [queue("q", 1)], [J("whole", "q", [T()])])
+    assert "GPU GROUP" not in render_table(run(snap, ["allocate"]))
+
+
+# ------------------------------------------------------------------ elastic
+def test_elastic_group_says_how_many_extra_pods_wait() -> None:
+    snap = build(
+        {"n0": 2},
+        [queue("q", 2)],
+        [J("el", "q", [T("Running", "n0"), T(), T(), T()], min_member=1)],
+    )
+    result = run(snap, ["allocate"])
+    table = render_table(result, explain=True)
+    note = "elastic: 2 of 3 extra pods wait for resources"
+    groups = section(table, "POD GROUPS")
+    assert row(groups, "ns/el")[2] == "yes" and note in " ".join(row(groups, "ns/el"))
+    why = section(table, "WHY PENDING")
+    assert why[0] == f"ns/el ({note}):"
+    assert any("ns/el-" in line and "insufficient resources" in line for line in why[1:])
+
+
+# ------------------------------------------------------------------ evictions
+def test_preempted_group_says_it_was_evicted_not_that_it_has_no_pods() -> None:
+    snap = build(
+        {"n0": 1},
+        [queue("q0", 1)],
+        [J("low", "q0", [T("Running", "n0")], priority=40), J("high", "q0", [T()], priority=80)],
+    )
+    table = render_table(run(snap, ["preempt"]), explain=True)
+    assert "no pods to schedule" not in table
+    why = section(table, "WHY PENDING")
+    assert why[why.index("ns/low:") + 1] == (
+        "  - evicted by preempt for pod group ns/high: low-0 on n0"
+    )
+    reason = " ".join(row(section(table, "POD GROUPS"), "ns/low")[4:])
+    assert reason == "evicted by preempt for pod group ns/high (1 pod)"
+    assert row(section(table, "DECISIONS"), "preempt")[1] == "evict"
+
+
+def test_a_victim_placed_again_in_the_same_session_reads_as_a_move() -> None:
+    snap = build(
+        {"n0": 8, "n1": 8},
+        [queue("q0", 16)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n1")]),
+            J("big", "q0", [T()], gpus=8),
+        ],
+    )
+    result = run(snap, ["consolidation"])
+    (evict,) = [d for d in result.decisions if d.type == "evict"]
+    (placed,) = [d for d in result.decisions if d.pod == evict.pod and d.type != "evict"]
+    table = render_table(result, explain=True)
+    decisions = section(table, "DECISIONS")
+    moves = [line for line in decisions if evict.pod in line]
+    assert len(moves) == 1  # one row for the eviction and the placement
+    cells = moves[0].split()
+    assert cells[1] == "move" and cells[3:6] == [evict.node, "->", placed.node]
+    assert not any(line.split()[1] == "evict" for line in decisions[1:])
+    victim = evict.pod.rsplit("-", 1)[0]
+    why = section(table, "WHY PENDING")
+    name = evict.pod.split("/")[1]
+    assert (
+        f"  - moved by consolidation for pod group ns/big: {name} {evict.node} -> {placed.node}"
+        in why[why.index(f"{victim}:") :]
+    )
