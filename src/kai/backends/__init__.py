@@ -37,6 +37,7 @@ import importlib
 import logging
 import os
 import threading
+from typing import cast
 
 from kai.backends._common import EPS, KERNELS, UNLIMITED, Backend, KernelSet
 
@@ -102,7 +103,8 @@ def _load(name: str) -> Backend:
             else:
                 message = f"kai backend {name!r} is not available: {exc}"
             raise BackendUnavailableError(message) from exc
-        backend = KernelSet(name, module)
+        # KernelSet sets its kernels as attributes, after checking that none is missing.
+        backend = cast(Backend, KernelSet(name, module))
         _cache[name] = backend
         return backend
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 #: Tolerance of resource comparisons: ``request <= available + EPS``.
 EPS: float = 1e-9
@@ -101,9 +102,12 @@ class IncrementalFit(Protocol):
     check returns what the stateless kernels return on the current arrays.
     """
 
-    def set_capacity(self, nodes: I64, values: F64) -> None: ...  # capacity[nodes] = values
+    # Node indices and values: arrays or sequences, converted like the kernels' inputs.
+    # capacity[nodes] = values
+    def set_capacity(self, nodes: ArrayLike, values: ArrayLike) -> None: ...
 
-    def add_available(self, nodes: I64, rows: F64) -> None: ...  # available[nodes] += rows
+    # available[nodes] += rows
+    def add_available(self, nodes: ArrayLike, rows: ArrayLike) -> None: ...
 
     def idle_gpus_fit(self) -> bool: ...
 
