@@ -278,9 +278,11 @@ class ClusterBuilder:
                     priority=q.priority,
                     resources={
                         "gpu": QueueResource(q.gpu_quota, q.gpu_limit, q.gpu_weight),
-                        "cpu": QueueResource(*(_scale(v, 1.0) for v in q.cpu[:2]), q.cpu[2]),
+                        "cpu": QueueResource(
+                            _scale(q.cpu[0], 1.0), _scale(q.cpu[1], 1.0), q.cpu[2]
+                        ),
                         "memory": QueueResource(
-                            *(_scale(v, MB) for v in q.memory[:2]), q.memory[2]
+                            _scale(q.memory[0], MB), _scale(q.memory[1], MB), q.memory[2]
                         ),
                     },
                     reclaim_min_runtime=q.reclaim_min_runtime,
@@ -574,7 +576,7 @@ def random_cluster(seed: int, nodes: int = 12, jobs: int = 30) -> ClusterBuilder
                 gpu_weight=rng.choice((0.0, 1.0, 2.0)),
             )
         )
-    free = {n.name: (n.gpus, n.cpu_milli) for n in b.nodes}
+    free: dict[str, tuple[float, float]] = {n.name: (n.gpus, n.cpu_milli) for n in b.nodes}
     for j in range(jobs):
         ntasks = rng.choice((1, 1, 1, 2, 4))
         gpus = rng.choice((0.0, 0.5, 1.0, 1.0, 2.0, 0.25))

@@ -412,10 +412,10 @@ class NodeTable:
         self.tasks: list[set[Task]] = [set() for _ in range(n)]
         # GPU memory per device in MiB, from the label nvidia.com/gpu.memory (0 = unknown).
         # Nodes of one kind share the label's value: each distinct value is parsed once.
-        parsed: dict[str | None, float] = {None: 0.0, "": 0.0}
+        parsed: dict[str, float] = {"": 0.0}
         memory = []
         for node in nodes:
-            raw = node.labels.get("nvidia.com/gpu.memory")
+            raw = node.labels.get("nvidia.com/gpu.memory", "")
             mib = parsed.get(raw)
             if mib is None:
                 mib = parsed[raw] = _gpu_memory_mib(raw)
@@ -502,10 +502,12 @@ class NodeTable:
 
     def _update_group(self, task: Task, sign: int) -> None:
         i = task.node
+        key = task.gpu_group
+        assert key is not None  # callers update only the tasks on a shared device
         groups = self.gpu_groups[i]
-        group = groups.get(task.gpu_group)
+        group = groups.get(key)
         if group is None:
-            group = groups[task.gpu_group] = GpuGroup(
+            group = groups[key] = GpuGroup(
                 from_releasing=task.status is TaskStatus.PIPELINED
             )
         self._charge_group_state(i, group, -1)
@@ -521,7 +523,7 @@ class NodeTable:
             group.tasks.discard(task)
         self._charge_group_state(i, group, +1)
         if not group.tasks:
-            del groups[task.gpu_group]
+            del groups[key]
         self._refresh_shared_free(i)
 
     def _refresh_shared_free(self, i: int) -> None:

@@ -70,8 +70,11 @@ _BY_PRIORITY = {v: Preemptibility(v, SOURCE_PRIORITY) for v in (PREEMPTIBLE, NON
 
 
 class _Owned(Protocol):
-    namespace: str | None
-    owner_references: Sequence[OwnerReference]
+    # Read-only, so that objects whose namespace is always a str match too.
+    @property
+    def namespace(self) -> str | None: ...
+    @property
+    def owner_references(self) -> Sequence[OwnerReference]: ...
 
 
 OwnerLookup = Callable[[str, OwnerReference], "GenericObject | None"]

@@ -190,7 +190,7 @@ def parse_duration(value: object) -> float:
     while pos < n:
         m = _DURATION_PART_RE.match(s, pos)
         whole, frac, unit = m.groups() if m else ("", None, None)
-        if not whole and not frac:
+        if m is None or (not whole and not frac):
             raise ValueError(
                 f"invalid duration {orig!r}: expected a number followed by a unit "
                 f"(ns, us, ms, s, m, h, d, w), e.g. '90s' or '1h30m'"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -105,7 +105,7 @@ class NodeInfo:
         return self._ssn.nodes.objects[self.index]
 
     @property
-    def labels(self) -> dict[str, str]:
+    def labels(self) -> Mapping[str, str]:
         return self.node.labels
 
     def _vec(self, matrix: np.ndarray) -> dict[str, float]:
@@ -139,7 +139,9 @@ class NodeInfo:
 class _Reg:
     tier: int
     plugin: str
-    fn: Callable
+    # A callable; for batch_predicate a (reason, callable) pair, for scenario_generator
+    # the generator's name.
+    fn: Any
 
 
 class PredicateError(Exception):
@@ -191,7 +193,7 @@ class Session:
         self._current: tuple[int, str] = (0, "")
         self.event_handlers: list[EventHandler] = []
         # Per-session scratch space plugins may share (e.g. min-runtime caches).
-        self.cache: dict[str, Any] = {}
+        self.cache: dict[Hashable, Any] = {}
         self.explain: dict[str, list[str]] = defaultdict(list)
         # Per queue: how many allocate/deallocate events touched a job of its subtree.
         # Lets the job queue reuse queue comparisons whose queues have not changed.
@@ -228,7 +230,7 @@ class Session:
         return Statement(self)
 
     # ------------------------------------------------------------- registration
-    def _add(self, point: str, fn: Callable) -> None:
+    def _add(self, point: str, fn: Any) -> None:
         tier, plugin = self._current
         self._regs[point].append(_Reg(tier, plugin, fn))
 

@@ -145,7 +145,8 @@ class LoadAwarePlugin(Plugin):
         self.filter_agg_found = np.zeros(n, dtype=np.bool_)
         self.score_agg = zeros()
         self.score_agg_found = np.zeros(n, dtype=np.bool_)
-        score_agg = la.aggregated.score_aggregation_type if la.aggregated else ""
+        aggregated = la.aggregated
+        score_agg = aggregated.score_aggregation_type if aggregated else ""
 
         expiration = la.node_metric_expiration_seconds
         for i, node in enumerate(nodes.objects):
@@ -186,9 +187,9 @@ class LoadAwarePlugin(Plugin):
                     if vec is not None:
                         self.filter_agg[i] = vec
                         self.filter_agg_found[i] = True
-                if score_agg:
+                if score_agg and aggregated is not None:
                     vec = self._target_agg(
-                        aggs, score_agg, la.aggregated.score_aggregated_duration, i
+                        aggs, score_agg, aggregated.score_aggregated_duration, i
                     )
                     if vec is not None:
                         self.score_agg[i] = vec

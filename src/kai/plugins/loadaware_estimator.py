@@ -338,11 +338,12 @@ def parse_args(raw: Mapping[str, Any]) -> LoadAwareArgs:
             check_resource_name(s, f"supportedResources[{i}]") for i, s in enumerate(supported)
         ]
 
-    if get("scoreWeight") is not None:
+    weight = get("scoreWeight")
+    if weight is not None:
         try:
-            w = float(get("scoreWeight"))
+            w = float(weight)
         except (TypeError, ValueError):
-            raise _err(f"{get('scoreWeight')!r} is not a number", "scoreWeight") from None
+            raise _err(f"{weight!r} is not a number", "scoreWeight") from None
         if not math.isfinite(w) or w < 0:
             raise _err(f"must be a non-negative number, got {w}", "scoreWeight")
         a.score_weight = w

@@ -8,6 +8,8 @@ compiled once per session into a boolean mask over all nodes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from kai.api.model import Job, Task
@@ -19,7 +21,7 @@ REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 REASON_TAINTS = "node(s) had untolerated taint(s)"
 
 
-def requirement_matches(req: SelectorRequirement, labels: dict[str, str]) -> bool:
+def requirement_matches(req: SelectorRequirement, labels: Mapping[str, str]) -> bool:
     op = req.operator
     present = req.key in labels
     value = labels.get(req.key)
@@ -51,7 +53,7 @@ def term_matches(term: NodeSelectorTerm, node: NodeObject) -> bool:
     return all(requirement_matches(r, fields) for r in term.match_fields)
 
 
-def tolerates(tolerations: list[Toleration], key: str, value: str, effect: str) -> bool:
+def tolerates(tolerations: Sequence[Toleration], key: str, value: str, effect: str) -> bool:
     for tol in tolerations:
         if tol.effect and tol.effect != effect:
             continue

@@ -242,10 +242,10 @@ class ProportionPlugin(Plugin):
             queue = job.queue
             if queue not in shares or job.invalid_reason:
                 continue
-            path = path_ids.get(queue)  # type: ignore[arg-type]
+            path = path_ids.get(queue)
             if path is None:
-                path = path_ids[queue] = len(paths)  # type: ignore[index]
-                paths.append([qindex[name] for name in self.ancestors(queue)])  # type: ignore[arg-type]
+                path = path_ids[queue] = len(paths)
+                paths.append([qindex[name] for name in self.ancestors(queue)])
             core = job.core_tasks() if job.preemptibility == SEMI_PREEMPTIBLE else ()
             non_preemptible = not job.preemptible
             for task in job.tasks:

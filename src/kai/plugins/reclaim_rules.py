@@ -80,7 +80,8 @@ def _involved(vectors: list[np.ndarray] | np.ndarray) -> set[int]:
         return set()
     if len(vectors) == 1:
         return {int(r) for r in np.flatnonzero(vectors[0] > 0)}
-    return {int(r) for r in np.flatnonzero((np.vstack(vectors) > 0).any(axis=0))}
+    matrix = vectors if isinstance(vectors, np.ndarray) else np.vstack(vectors)
+    return {int(r) for r in np.flatnonzero((matrix > 0).any(axis=0))}
 
 
 class ReclaimRules:
@@ -330,9 +331,9 @@ class _QueueChunks:
         matrix = np.empty((len(self.items), 3))
         if self.single:
             rows = [i for i, item in enumerate(self.items) if isinstance(item, tuple)]
-            pods = [self.items[i][0].request for i in rows]  # type: ignore[union-attr]
+            pods = [self.items[i][0].request for i in rows]
             matrix[rows] = np.array(pods)[:, QUEUE_COLUMNS]
-            core = [i for i in rows if self.items[i][1]]  # type: ignore[index]
+            core = [i for i in rows if self.items[i][1]]
             matrix[core] += 0.0
         if self.single < len(self.items):
             for i, item in enumerate(self.items):

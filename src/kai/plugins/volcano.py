@@ -37,7 +37,8 @@ class GangPlugin(Plugin):
 
         def victims(actor: Task, candidates: list[Task]) -> list[Task]:
             # A victim job may lose pods only down to its minimum, unless it goes whole.
-            out, budget = [], {}
+            out: list[Task] = []
+            budget: dict[Job, int] = {}
             for task in candidates:
                 job = task.job
                 spare = budget.setdefault(job, job.active_allocated_count() - job.min_member)

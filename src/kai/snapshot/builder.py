@@ -74,7 +74,7 @@ def build_state(
     for namespace in sorted(by_namespace):
         items = sorted(by_namespace[namespace].items())  # unique names: pgs never compared
         ordered_groups.extend(map(itemgetter(1), items))
-        pods_of = [[] for _ in items]
+        pods_of: list[list[PodObject]] = [[] for _ in items]
         members.extend(pods_of)
         lists[namespace] = dict(zip(map(itemgetter(0), items), pods_of))
     no_groups: dict[str, list[PodObject]] = {}
@@ -169,10 +169,9 @@ def build_state(
         if invalid:
             job.invalid_reason = invalid
         elif job.invalid_reason is None:  # a pod's bad GPU annotation may have set it
-            problem = queue_problems.get(queue, _UNSEEN)
-            if problem is _UNSEEN:
-                problem = queue_problems[queue] = _queue_problem(queue, queues)
-            job.invalid_reason = problem
+            if queue not in queue_problems:
+                queue_problems[queue] = _queue_problem(queue, queues)
+            job.invalid_reason = queue_problems[queue]
         jobs[f"{namespace}/{name}"] = job
         return job
 
@@ -262,11 +261,11 @@ def _build_queues(objects: ClusterObjects) -> dict[str, QueueInfo]:
             preempt_min_runtime=q.preempt_min_runtime,
             reclaim_min_runtime=q.reclaim_min_runtime,
         )
-    for q in queues.values():
-        if q.parent in queues:
-            queues[q.parent].children.append(q.name)
-    for q in queues.values():
-        q.children.sort()
+    for info in queues.values():
+        if info.parent in queues:
+            queues[info.parent].children.append(info.name)
+    for info in queues.values():
+        info.children.sort()
     return queues
 
 
@@ -287,9 +286,6 @@ def _owner_index(others: list[GenericObject]) -> dict[str, dict]:
     by_uid = {o.uid: o for o in others if o.uid}
     by_name = {(o.namespace, o.kind, o.name): o for o in others}
     return {"uid": by_uid, "name": by_name}
-
-
-_UNSEEN = object()
 
 
 def _pod_name(pod: PodObject) -> str:

@@ -1019,12 +1019,14 @@ class _Builder:
 
         out = self.out
         if kind == "Pod":
+            assert namespace is not None  # Pod and PodGroup are namespaced kinds
             pod = _parse_pod(ctx, obj, meta, name, namespace)
             pod.requests = self._requests.setdefault(tuple(pod.requests.items()), pod.requests)
             out.pods.append(pod)
         elif kind == "Node":
             out.nodes.append(_parse_node(ctx, obj, meta, name))
         elif kind == "PodGroup":
+            assert namespace is not None
             out.pod_groups.append(_parse_pod_group(ctx, obj, meta, name, namespace))
         elif kind == "Queue":
             out.queues.append(_parse_queue(ctx, obj, meta, name))
@@ -1069,7 +1071,9 @@ class _Builder:
         """Best-effort object label before the name is validated."""
         kind_s = kind if isinstance(kind, str) and kind else None
         meta = obj.get("metadata")
-        name = _scalar_str(meta.get("name")) if isinstance(meta, dict) else None
+        if not isinstance(meta, dict):
+            meta = {}
+        name = _scalar_str(meta.get("name"))
         if kind_s and name:
             ns = _scalar_str(meta.get("namespace"))
             return f"{kind_s} {ns}/{name}" if ns else f"{kind_s} {name}"
@@ -1266,7 +1270,7 @@ def _read(path: str) -> tuple[str, str]:
 
 
 def _expand(paths: Sequence[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     for p in paths:
         if p != "-" and os.path.isdir(p):
             try:

@@ -44,9 +44,9 @@ def partition(objects: ClusterObjects, label: str = NODE_POOL_LABEL) -> dict[str
     for group in objects.pod_groups:
         parts[group_pool[(group.namespace, group.name)]]["pod_groups"].append(group)
     for pod in objects.pods:
-        group = pod.annotations.get(POD_GROUP_ANNOTATION)
-        if (pod.namespace, group) in group_pool:
-            pool = group_pool[(pod.namespace, group)]
+        group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
+        if group_name is not None and (pod.namespace, group_name) in group_pool:
+            pool = group_pool[(pod.namespace, group_name)]
         elif pod.labels.get(label) is None and pod.node_name in node_pool:
             pool = node_pool[pod.node_name]
         else:

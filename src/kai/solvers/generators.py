@@ -92,7 +92,7 @@ def _prefix_subsets(
     requests = state.gpu_requests
     smallest = float(requests.min()) if len(requests) else 0.0
     demand = float(requests.sum())
-    bound = getattr(state, "prefix_bound", None)
+    bound = state.prefix_bound
     if bound is None or not bound.valid(base, feasible):
         bound = state.prefix_bound = _PrefixBound(base, feasible, smallest)
     if not bound.may_cover(state, demand):

@@ -20,7 +20,7 @@ import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.api.resources import GPU
-from kai.backends._common import EPS
+from kai.backends._common import EPS, IncrementalFit
 from kai.framework.session import Session
 
 
@@ -200,9 +200,9 @@ def whole_job_eviction(ssn: Session, job: Job) -> Eviction:
         if node >= 0 and not task.is_shared_gpu:
             freed = float(task.request[GPU])  # gpu_freed of a whole-GPU task
             tasks = [task]
-            batch = VictimBatch(task.job, tasks, frozenset((node,)))
+            one = VictimBatch(task.job, tasks, frozenset((node,)))
             sums = [(node, freed, freed.is_integer())]
-            return tasks, False, batch, PreparedBatch([(node, freed, task.request)], [node], sums)
+            return tasks, False, one, PreparedBatch([(node, freed, task.request)], [node], sums)
     tasks, more = tasks_to_evict(ssn, job)
     batch = prepared = None
     if tasks and not more:
@@ -237,7 +237,7 @@ class AccumulatedState:
         self._row_nodes: list[int] = []  # rows not yet added to ``_available``
         self._rows: list[np.ndarray] = []
         self._unit_sizes: list[float] = []
-        self._fit = None  # the backend's IncrementalFit, made at the third kernel check
+        self._fit: IncrementalFit | None = None  # made at the third kernel check
         self._checks = 0
         self.victim_nodes: dict[int, list[int]] = {}  # node -> indices of batches on it
         self.touched: list[int] = []  # the nodes of each batch, in batch order
@@ -250,6 +250,7 @@ class AccumulatedState:
         # every amount freed is a whole number of GPUs (then exact in any order).
         self._totals: np.ndarray | None = None
         self._whole = True
+        self.prefix_bound: Any = None  # kept by the prefix generator (kai.solvers.generators)
         self._free_recorded()
         self.gpu_requests = np.array([gpu_need(ssn, t) for t in pending], dtype=np.float64)
         reqs = [t.request.copy() for t in pending]
@@ -566,8 +567,8 @@ class AccumulatedState:
         # Batches and their bookkeeping.
         index = len(self.batches)
         gots = [steps.gots[k] for k in keep.tolist()]
-        self.batches.extend([got[2] for got in gots])  # type: ignore[misc]
-        self.touched.extend([got[3].items[0][0] for got in gots])  # type: ignore[union-attr]
+        self.batches.extend([got[2] for got in gots])
+        self.touched.extend([got[3].items[0][0] for got in gots])
         distinct, at = np.unique(nodes, return_index=True)
         seen = self._seen
         fresh = [n for n in distinct[np.argsort(at)].tolist() if n not in seen]
