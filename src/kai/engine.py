@@ -63,7 +63,7 @@ class Snapshot:
         return cls(load_text(text, name))
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> Snapshot:
+    def from_objects(cls, objects: Iterable[dict[str, Any]]) -> Snapshot:
         """From Kubernetes objects as Python dicts (what yaml/json loading gives)."""
         from kai.snapshot.loader import load_objects
 
