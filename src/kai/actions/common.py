@@ -59,9 +59,9 @@ def schedulable_jobs(
     out = []
     pending_status = TaskStatus.PENDING
     check_valid = bool(ssn.registered("job_valid"))
-    with_pending = ssn.cache.get(_PENDING_AT_START)
+    with_pending: list[Job] | None = ssn.cache.get(_PENDING_AT_START)
     first = with_pending is None
-    if first:
+    if with_pending is None:
         with_pending = ssn.cache[_PENDING_AT_START] = []
     for job in ssn.jobs.values() if first or not pending_only else with_pending:
         if job.invalid_reason:
@@ -82,7 +82,7 @@ def schedulable_jobs(
                     if status is pending_status:
                         has_pending = True
         if first and has_pending:
-            with_pending.append(job)  # type: ignore[union-attr]
+            with_pending.append(job)
         if pending_only and not has_pending:
             continue
         if alive < job.min_member:
@@ -205,8 +205,10 @@ class JobQueue:
         return best
 
     def _better(self, lname: str, ljob: Job, rname: str | None, rjob: Job) -> bool:
+        if not rname:
+            return False
         queues = self.ssn.queues
-        lq, rq = queues.get(lname), queues.get(rname) if rname else None
+        lq, rq = queues.get(lname), queues.get(rname)
         if lq is None or rq is None:
             return False
         if self.victim_mode:

@@ -310,7 +310,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     # Pods of one workload share their request vector: stack each once.
     by_id: dict[int, int] = {}
     sources: list[np.ndarray] = []
-    rows = []
+    rows: list[int] = []
     sig_index: dict[Any, int] = {}
     sig_tasks: list[Task] = []
     sigs: list[int] = []

@@ -13,6 +13,7 @@ controller recreates it pending) and any other member is left and reported.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -222,10 +223,10 @@ class Binder:
         for d in result.decisions:
             if d.type == "pipeline":
                 report.pipelined.append(d.pod)
-                raw = snap.pods.get(d.pod)
-                if raw is not None:
+                pipelined = snap.pods.get(d.pod)
+                if pipelined is not None:
                     msg = f"pipelined to node {d.node}, waiting for resources being released"
-                    report.events += self.events.emit(_ref(raw), "Pipelined", msg)
+                    report.events += self.events.emit(_ref(pipelined), "Pipelined", msg)
         self._count_groups(result, snap, rolled)
         self._patch_groups(result, snap, report, rolled, now)
         self._pod_conditions(result, snap, report, rolled, members, now)
@@ -332,8 +333,8 @@ class Binder:
                 if labelled:
                     with labelled_lock:
                         labelled_pods.append(d.pod)
-            if created.get(d.pod) is not None:
-                waited = (datetime.now(timezone.utc) - created[d.pod]).total_seconds()
+            if (created_at := created.get(d.pod)) is not None:
+                waited = (datetime.now(timezone.utc) - created_at).total_seconds()
                 self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
             start = time.perf_counter()
             try:
@@ -409,7 +410,7 @@ class Binder:
                     continue
                 try:
                     with_retries(
-                        lambda ns=ns, name=name: self.client.delete_pod(ns, name),
+                        functools.partial(self.client.delete_pod, ns, name),
                         self.attempts,
                         self.backoff,
                     )

@@ -20,7 +20,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,8 +50,11 @@ def object_key(kind: str, obj: dict) -> Key:
 
 
 def _rv_int(obj: dict | None) -> int | None:
+    rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    if rv is None:
+        return None
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+        return int(rv)
     except (TypeError, ValueError):
         return None
 
@@ -309,7 +312,7 @@ class ClusterCache:
             store[key] = _Entry(obj, str((obj.get("metadata") or {}).get("resourceVersion")))
 
     # ------------------------------------------------------------------ snapshot
-    def _in_partition(self, labels: dict | None) -> bool:
+    def _in_partition(self, labels: Mapping[str, str] | None) -> bool:
         value = (labels or {}).get(self.nodepool_label_key)
         if self.partition_label_value == "":
             return value is None

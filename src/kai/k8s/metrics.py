@@ -141,18 +141,20 @@ class SchedulerMetrics:
             labels = (name, name, name)
             fair = getattr(q, "fair_share", {}) or {}
             alloc = getattr(q, "allocated", {}) or {}
-            g = self.queue_gauges
+            gauges = self.queue_gauges
             # Session units: GPUs, CPU millicores, memory bytes.
-            g["queue_fair_share_gpu"].labels(*labels).set(_finite(fair.get("gpu", 0.0)))
-            g["queue_fair_share_cpu_cores"].labels(*labels).set(
+            gauges["queue_fair_share_gpu"].labels(*labels).set(_finite(fair.get("gpu", 0.0)))
+            gauges["queue_fair_share_cpu_cores"].labels(*labels).set(
                 _finite(fair.get("cpu", 0.0)) / 1000.0
             )
-            g["queue_fair_share_memory_gb"].labels(*labels).set(
+            gauges["queue_fair_share_memory_gb"].labels(*labels).set(
                 _finite(fair.get("memory", 0.0)) / 1e9
             )
-            g["queue_gpu_usage"].labels(*labels).set(_finite(alloc.get("gpu", 0.0)))
-            g["queue_cpu_usage"].labels(*labels).set(_finite(alloc.get("cpu", 0.0)) / 1000.0)
-            g["queue_memory_usage"].labels(*labels).set(_finite(alloc.get("memory", 0.0)) / 1e9)
+            gauges["queue_gpu_usage"].labels(*labels).set(_finite(alloc.get("gpu", 0.0)))
+            gauges["queue_cpu_usage"].labels(*labels).set(_finite(alloc.get("cpu", 0.0)) / 1000.0)
+            gauges["queue_memory_usage"].labels(*labels).set(
+                _finite(alloc.get("memory", 0.0)) / 1e9
+            )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
