@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,7 +42,7 @@ class Scenario:
     description: str
     build: Callable[[str | int], gen.ClusterBuilder]
     actions: list[str] | None  # None: the default actions (full cycle)
-    sizes: dict[str, int]  # small/medium/large -> the size argument given to build
+    sizes: Mapping[str, str | int]  # small/medium/large -> the size argument given to build
     requires: tuple[str, ...] = ()  # actions that must be registered
     plugins: tuple[str, ...] = ()  # plugins that must be registered (added to the config)
     partial_ok: bool = False  # run with the registered subset of ``requires``
