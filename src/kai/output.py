@@ -7,9 +7,13 @@ draw the queue tree and show quantities in the units people read (cores, GiB).
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TextIO
 
 from kai.engine import IDLE_REASON, DecisionRecord, PodGroupResult, QueueResult, SessionResult
 
@@ -255,3 +259,167 @@ def render_table(result: SessionResult, *, explain: bool = False) -> str:
     if explain:
         parts.append("WHY PENDING\n" + _why_pending(result, moves))
     return "\n\n".join(parts)
+
+
+# ------------------------------------------------------------------ progress
+class Bar:
+    """One line of a progress display: a task of ``total`` steps (None: not counted)."""
+
+    def __init__(self, progress: Any = None, task: Any = None, description: str = "") -> None:
+        self._progress = progress  # rich.progress.Progress, None when nothing is shown
+        self._task = task
+        self._description = description
+        self._started = False
+
+    def phase(self, name: str) -> None:
+        """Start the next step, named ``name``: the one before it is done."""
+        if self._progress is None:
+            return
+        self._progress.update(
+            self._task,
+            advance=1 if self._started else 0,
+            description=f"{self._description}: {name}",
+        )
+        self._started = True
+
+    def advance(self, steps: int = 1) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=steps)
+
+    def finish(self) -> None:
+        """Done: the line goes away (what is printed afterwards says the rest)."""
+        if self._progress is not None:
+            self._progress.remove_task(self._task)
+            self._progress = None
+
+
+class Progress:
+    """Progress of long work on stderr, as rich draws it on a terminal.
+
+    Nothing is drawn when the stream is not a terminal (CI logs, pipes, files) or when
+    rich is not installed: the work runs the same, silently.  The display starts with
+    the first bar and is erased on exit, so that it never mixes with what the command
+    prints to stdout afterwards.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None) -> None:
+        self._stream = sys.stderr if stream is None else stream
+        if enabled is None:
+            enabled = _is_terminal(self._stream)
+        self._enabled = enabled
+        self._live: Any = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        self._enabled = False
+
+    def bar(self, description: str, total: int | None = None) -> Bar:
+        live = self._start()
+        if live is None:
+            return Bar()
+        task = live.add_task(description, total=total)
+        return Bar(live, task, description)
+
+    def _start(self) -> Any:
+        if self._live is None and self._enabled:
+            self._live = _rich_progress(self._stream)
+            if self._live is None:
+                self._enabled = False  # rich is not installed: no display
+            else:
+                self._live.start()
+        return self._live
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+def _rich_progress(stream: TextIO) -> Any:
+    try:
+        from rich import progress as rp
+        from rich.console import Console
+    except ImportError:
+        return None
+    return rp.Progress(
+        rp.SpinnerColumn(),
+        rp.TextColumn("{task.description}"),
+        rp.BarColumn(),
+        rp.MofNCompleteColumn(),
+        rp.TimeElapsedColumn(),
+        console=Console(file=stream, force_terminal=True),
+        transient=True,
+        # What the command prints goes to stdout after the display is gone; routing it
+        # through rich meanwhile would slow a large JSON document down.
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+
+
+# What makes a ``kai simulate`` large enough to show its phases: the pods it schedules,
+# or before they are read, the size of its input (10,000 pods take 4 MiB of YAML at the
+# least, and several seconds to parse).
+LARGE_SIMULATION_PODS = 10_000
+LARGE_SIMULATION_BYTES = 4 << 20
+
+SIMULATE_PHASES = ("loading", "scheduling", "output")
+
+
+class SimulateProgress:
+    """The phases of ``kai simulate``, shown for large inputs only (see :class:`Progress`).
+
+    ``phase`` starts the next of :data:`SIMULATE_PHASES`; ``loaded`` reports the pods
+    read, which may turn the display on for what is left.
+    """
+
+    def __init__(self, paths: Sequence[str], progress: Progress | None = None) -> None:
+        self._progress = Progress() if progress is None else progress
+        self._bar: Bar | None = None
+        self._done: list[str] = []
+        if _input_bytes(paths) >= LARGE_SIMULATION_BYTES:
+            self._show()
+
+    def __enter__(self) -> SimulateProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.close()
+
+    def _show(self) -> None:
+        self._bar = self._progress.bar("kai simulate", total=len(SIMULATE_PHASES))
+        for name in self._done:  # phases run before the display: done
+            self._bar.phase(name)
+
+    def phase(self, name: str) -> None:
+        self._done.append(name)
+        if self._bar is not None:
+            self._bar.phase(name)
+
+    def loaded(self, pods: int) -> None:
+        if self._bar is None and pods >= LARGE_SIMULATION_PODS:
+            self._show()
+
+
+def _input_bytes(paths: Sequence[str]) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += os.path.getsize(path)
+        except OSError:  # reported by the loader, with the file's name
+            pass
+    return total
