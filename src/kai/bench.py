@@ -29,9 +29,12 @@ import time
 import tracemalloc
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kai import bench_clusters as gen
+
+if TYPE_CHECKING:
+    from kai.output import Progress
 
 SIZES = ("small", "medium", "large")
 
@@ -245,7 +248,12 @@ def run_scenario(
     repeat: int = 3,
     memory: bool = True,
     input_form: str = "dicts",
+    step: Callable[[str], None] | None = None,
 ) -> BenchResult:
+    """Build the scenario's cluster, run it ``repeat`` times (after a warm-up) and measure.
+
+    ``step`` is told the name of each step as it starts (:func:`scenario_steps` of them).
+    """
     from kai.backends import get_backend
     from kai.engine import Snapshot, run_session
     from kai.framework.plugin import plugin_names
@@ -270,6 +278,12 @@ def run_scenario(
     config = _plugins_config(scenario.plugins) if scenario.plugins else None
 
     arg = _size_arg(scenario, size)
+    if step is None:
+
+        def step(_name: str) -> None:
+            pass
+
+    step("building the cluster")
     t0 = time.perf_counter()
     builder = scenario.build(arg)
     if input_form == "dicts":
@@ -285,12 +299,14 @@ def run_scenario(
     def session():
         return run_session(snap, config=config, actions=actions, now=gen.NOW, backend=be)
 
+    step("warm-up session")
     t0 = time.perf_counter()
     res = session()
     result.warmup_s = time.perf_counter() - t0
     runs = []
     gc.collect()
-    for _ in range(max(repeat, 1)):
+    for i in range(max(repeat, 1)):
+        step(f"session {i + 1}/{max(repeat, 1)}")
         # Each timed session starts as a scheduler's next cycle does: with the
         # previous result dropped (a forced collection here would only evict caches).
         res = None
@@ -308,6 +324,7 @@ def run_scenario(
     result.pods_per_s = result.placed / result.session_s if result.session_s > 0 else 0.0
     del res
     if memory:
+        step("memory")
         _measure_memory(result, builder, snap, session, input_form)
     result.max_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return result
@@ -435,26 +452,40 @@ def run_bench(
     repeat: int = 3,
     memory: bool = True,
     input_form: str = "dicts",
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[BenchResult]:
+    """Run the scenarios in turn; ``progress`` shows one bar for them, one for the current."""
+    from kai.output import Progress
+
     names = list(SCENARIOS) if not scenarios or "all" in scenarios else scenarios
-    out = []
     for name in names:
         if name not in SCENARIOS:
             raise ValueError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
-        if progress:
-            progress(f"{name} ({size}) ...")
-        out.append(
-            run_scenario(
-                SCENARIOS[name],
-                size,
-                backend=backend,
-                repeat=repeat,
-                memory=memory,
-                input_form=input_form,
+    out = []
+    with progress or Progress(enabled=False) as shown:
+        overall = shown.bar("kai bench", total=len(names))
+        for name in names:
+            overall.phase(f"{name} ({size})")
+            steps = shown.bar(name, total=scenario_steps(repeat, memory))
+            out.append(
+                run_scenario(
+                    SCENARIOS[name],
+                    size,
+                    backend=backend,
+                    repeat=repeat,
+                    memory=memory,
+                    input_form=input_form,
+                    step=steps.phase,
+                )
             )
-        )
+            steps.finish()
+        overall.advance()
     return out
+
+
+def scenario_steps(repeat: int, memory: bool) -> int:
+    """The steps of one scenario: build, warm-up, the timed sessions, memory."""
+    return 2 + max(repeat, 1) + (1 if memory else 0)
 
 
 def write_json(path: str, results: list[BenchResult]) -> None:

@@ -130,36 +130,48 @@ def _split_actions(value: str | None) -> list[str] | None:
 def simulate(snapshot, config_file, actions, now, output, explain, node_pool, backend) -> None:
     """Run one scheduling session on SNAPSHOT file(s) and print the decisions."""
     from kai.engine import Snapshot, run_session
+    from kai.output import SimulateProgress
 
-    snap = Snapshot.from_files(list(snapshot))
-    config = snap.config
-    if config_file:
-        from kai.snapshot.loader import load_config_file
+    # A large simulation shows its phases on a terminal's stderr; the display is gone
+    # before anything is written to stdout.
+    with SimulateProgress(snapshot) as phases:
+        phases.phase("loading")
+        snap = Snapshot.from_files(list(snapshot))
+        phases.loaded(len(snap.objects.pods))
+        config = snap.config
+        if config_file:
+            from kai.snapshot.loader import load_config_file
 
-        config = load_config_file(config_file)
-    now_value = None
-    if now is not None:
-        from kai.api.quantity import parse_time
+            config = load_config_file(config_file)
+        now_value = None
+        if now is not None:
+            from kai.api.quantity import parse_time
 
-        try:
-            now_value = parse_time(now)
-        except ValueError as err:
-            raise InputError(str(err), obj="--now") from None
-    result = run_session(
-        snap,
-        config=config,
-        actions=_split_actions(actions),
-        now=now_value,
-        backend=backend,
-        node_pool=node_pool,
-    )
+            try:
+                now_value = parse_time(now)
+            except ValueError as err:
+                raise InputError(str(err), obj="--now") from None
+        phases.phase("scheduling")
+        result = run_session(
+            snap,
+            config=config,
+            actions=_split_actions(actions),
+            now=now_value,
+            backend=backend,
+            node_pool=node_pool,
+        )
+        phases.phase("output")
+        if output == "json":
+            document = result.to_json(explain=explain)
+        else:
+            from kai.output import render_table
+
+            text = render_table(result, explain=explain)
     if output == "json":
-        json.dump(result.to_json(explain=explain), sys.stdout, indent=2, sort_keys=False)
+        json.dump(document, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
     else:
-        from kai.output import render_table
-
-        click.echo(render_table(result, explain=explain))
+        click.echo(text)
 
 
 @main.command()
@@ -193,6 +205,7 @@ def simulate(snapshot, config_file, actions, now, output, explain, node_pool, ba
 def bench(scenarios, size, backend, repeat, json_file, no_memory, input_form, list_only) -> None:
     """Benchmark scheduling sessions on generated clusters and print a table."""
     from kai import bench as b
+    from kai.output import Progress
 
     if list_only:
         for name, sc in b.SCENARIOS.items():
@@ -219,7 +232,7 @@ def bench(scenarios, size, backend, repeat, json_file, no_memory, input_form, li
         repeat=repeat,
         memory=not no_memory,
         input_form=input_form,
-        progress=lambda msg: click.echo(msg, err=True),
+        progress=Progress(),  # bars on a terminal's stderr, nothing in CI or a pipe
     )
     click.echo(b.render_table(results))
     if json_file:
