@@ -10,6 +10,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -74,6 +75,9 @@ struct Out {
   std::vector<i64> att_job, att_kind, att_first, att_count, att_info, att_flags, att_active;
   std::vector<double> att_vec;
   std::vector<i64> att_fail;
+  // Per attempt and resource: the nodes short of it and the most any of them had free.
+  std::vector<i64> att_short;
+  std::vector<double> att_free;
   std::vector<i64> pl_task, pl_node, pl_pipe;
 };
 
@@ -123,6 +127,8 @@ class Loop {
   i64 fc_version_ = -1, fc_sig_ = -1;
   std::vector<double> fc_req_;
   std::vector<i64> fc_counts_;
+  std::vector<i64> fc_short_;
+  std::vector<double> fc_free_;
 
   // ------------------------------------------------------------------ helpers
   const double* req(i64 t) const { return in_.task_req + t * in_.R; }
@@ -157,6 +163,8 @@ class Loop {
     out_.q_events.assign(static_cast<std::size_t>(Q), 0);
     fc_req_.assign(static_cast<std::size_t>(in_.R), 0.0);
     fc_counts_.assign(static_cast<std::size_t>(1 + in_.P), 0);
+    fc_short_.assign(static_cast<std::size_t>(in_.R), 0);
+    fc_free_.assign(static_cast<std::size_t>(in_.R), 0.0);
     init_index();
   }
 
@@ -658,7 +666,9 @@ class Loop {
     return best;
   }
 
-  // filter_nodes' rejection counts: [insufficient resources, predicate 0, ...].
+  // filter_nodes' rejection counts: [insufficient resources, predicate 0, ...]; and in
+  // fc_short_ / fc_free_, per resource, the nodes short of it and the most they had free
+  // (Session.resource_shortage).
   const std::vector<i64>& failure_counts(i64 t) {
     const double* rq = req(t);
     const i64 sig = in_.task_sig[t];
@@ -667,9 +677,20 @@ class Loop {
       return fc_counts_;
     }
     std::fill(fc_counts_.begin(), fc_counts_.end(), 0);
+    std::fill(fc_short_.begin(), fc_short_.end(), 0);
+    std::fill(fc_free_.begin(), fc_free_.end(), 0.0);
     for (i64 n = 0; n < in_.N; ++n) {
       if (!fits(rq, n, false)) {
         fc_counts_[0] += 1;
+        const double* id = idle(n);
+        const double* rl = rel(n);
+        for (i64 r = 0; r < in_.R; ++r) {
+          const double free = id[r] + rl[r];
+          if (rq[r] == 0.0 || rq[r] <= free + EPS) continue;
+          const std::size_t k = static_cast<std::size_t>(r);
+          fc_free_[k] = fc_short_[k] == 0 ? free : std::max(fc_free_[k], free);
+          fc_short_[k] += 1;
+        }
         continue;
       }
       for (i64 p = 0; p < in_.P; ++p) {
@@ -727,6 +748,8 @@ class Loop {
     out_.att_active.push_back(active);
     for (int k = 0; k < 6; ++k) out_.att_vec.push_back(0.0);
     for (i64 k = 0; k < 1 + in_.P; ++k) out_.att_fail.push_back(0);
+    for (i64 k = 0; k < in_.R; ++k) out_.att_short.push_back(0);
+    for (i64 k = 0; k < in_.R; ++k) out_.att_free.push_back(0.0);
   }
 
   void attempt(i64 j) {
@@ -758,6 +781,12 @@ class Loop {
         record(j, kNoNode, placed, count, t, 0, active_before);
         i64* f = out_.att_fail.data() + out_.att_fail.size() - (1 + in_.P);
         for (i64 k = 0; k < 1 + in_.P; ++k) f[k] = fc[static_cast<std::size_t>(k)];
+        i64* sh = out_.att_short.data() + out_.att_short.size() - in_.R;
+        double* fr = out_.att_free.data() + out_.att_free.size() - in_.R;
+        for (i64 k = 0; k < in_.R; ++k) {
+          sh[k] = fc_short_[static_cast<std::size_t>(k)];
+          fr[k] = fc_free_[static_cast<std::size_t>(k)];
+        }
         // roll back, newest first
         for (i64 k = placed - 1; k >= 0; --k) {
           const std::size_t at = static_cast<std::size_t>(pl0 + k);
@@ -989,6 +1018,8 @@ py::dict allocate_loop(const py::dict& d) {
   r["att_active"] = to_array(out.att_active);
   r["att_vec"] = to_array(out.att_vec, 6);
   r["att_fail"] = to_array(out.att_fail, static_cast<std::size_t>(1 + in.P));
+  r["att_short"] = to_array(out.att_short, static_cast<std::size_t>(in.R));
+  r["att_free"] = to_array(out.att_free, static_cast<std::size_t>(in.R));
   r["pl_task"] = to_array(out.pl_task);
   r["pl_node"] = to_array(out.pl_node);
   r["pl_pipe"] = to_array(out.pl_pipe);

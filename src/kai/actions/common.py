@@ -9,6 +9,7 @@ from datetime import timedelta
 import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
+from kai.api.resources import INSUFFICIENT_RESOURCES
 from kai.framework.session import Session
 from kai.framework.statement import Statement
 
@@ -242,11 +243,17 @@ class JobQueue:
 
 
 # ----------------------------------------------------------------- placement
-def describe_failures(failures: dict[str, int], total: int) -> str:
+def describe_failures(failures: dict[str, int], total: int, shortage: str = "") -> str:
+    """``0/8 nodes are available: 6 insufficient resources (...), 2 node(s) had ...``.
+
+    ``shortage`` (Session.resource_shortage) says which resources the nodes counted as
+    insufficient lack; it follows their count in parentheses.
+    """
     if not failures:
         return f"0/{total} nodes are available"
     parts = ", ".join(
         f"{count} {reason}"
+        + (f" ({shortage})" if shortage and reason == INSUFFICIENT_RESOURCES else "")
         for reason, count in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))
     )
     return f"0/{total} nodes are available: {parts}"
@@ -267,9 +274,12 @@ def allocate_task(
         return problem
     result = ssn.filter_nodes(task, job, within=within)
     if not result.mask.any():
-        return describe_failures(
-            result.failures, len(ssn.nodes) if within is None else int(np.count_nonzero(within))
+        failures = result.failures
+        shortage = (
+            ssn.resource_shortage(task, within=within) if INSUFFICIENT_RESOURCES in failures else ""
         )
+        total = len(ssn.nodes) if within is None else int(np.count_nonzero(within))
+        return describe_failures(failures, total, shortage)
     node = ssn.best_node(task, job, result.mask)
     if task.is_shared_gpu:
         return _place_shared(

@@ -37,7 +37,14 @@ import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
-from kai.api.resources import CPU, GPU, MEMORY
+from kai.api.resources import (
+    CPU,
+    GPU,
+    INSUFFICIENT_RESOURCES,
+    MEMORY,
+    describe_shortage,
+    vector_shortage,
+)
 from kai.framework.session import Decision, Session
 from kai.plugins.proportion import allocatable_shares
 
@@ -495,7 +502,9 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
 
     jobs, tasks = plan.jobs, plan.tasks
     n_nodes = len(ssn.nodes)
-    problems: dict[tuple, str] = {}  # failure counts -> their description
+    names = ssn.state.resources.names
+    # failure counts, request and shortage (Session.resource_shortage) -> description
+    problems: dict[tuple, str] = {}
     rows = zip(
         failed.tolist(),
         out["att_kind"][failed].tolist(),
@@ -505,22 +514,28 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
         out["att_info"][failed].tolist(),
         out["att_fail"][failed].tolist(),
         out["att_active"][failed].tolist(),
+        out["att_short"][failed].tolist(),
+        out["att_free"][failed].tolist(),
     )
-    for a, kind, j, placed, chunk, info, counts, active in rows:
+    for a, kind, j, placed, chunk, info, counts, active, short, most_free in rows:
         job = jobs[j]
         if kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
             ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
             continue
         task = tasks[info]
-        problem = problems.get(tuple(counts))
+        key = (tuple(counts), tuple(task.request.tolist()), tuple(short), tuple(most_free))
+        problem = problems.get(key)
         if problem is None:
             failures: dict[str, int] = {}
             if counts[0]:
-                failures["insufficient resources"] = counts[0]
+                failures[INSUFFICIENT_RESOURCES] = counts[0]
             for name, count in zip(plan.predicate_names, counts[1:]):
                 if count:
                     failures[name] = failures.get(name, 0) + count
-            problem = problems[tuple(counts)] = describe_failures(failures, n_nodes)
+            shortage = describe_shortage(
+                vector_shortage(names, task.request, np.array(short), np.array(most_free))
+            )
+            problem = problems[key] = describe_failures(failures, n_nodes, shortage)
         if chunk > 1 or job.min_member > 1:
             needed = job.min_member - active
             message = (

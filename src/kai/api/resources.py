@@ -69,3 +69,56 @@ class ResourceTable:
 
 def fits(request: np.ndarray, available: np.ndarray, eps: float = 1e-9) -> bool:
     return bool(np.all(request <= available + eps))
+
+
+# ------------------------------------------------------------------ fit errors
+#: What a fit error counts the nodes by that lack a resource the pod requests.
+INSUFFICIENT_RESOURCES = "insufficient resources"
+
+
+def format_quantity(name: str, value: float) -> str:
+    """A quantity as a pod spec writes it: cpu in cores or millicores, memory in Ki..Gi."""
+    if name == "cpu":
+        return f"{value / 1000:g}" if value % 1000 == 0 else f"{value:g}m"
+    if name == "memory" or name == "ephemeral-storage" or name.startswith("hugepages-"):
+        for unit, size in (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if abs(value) >= size:
+                return f"{round(value / size, 2):g}{unit}"
+        return f"{value:g}"
+    return f"{value:g}"
+
+
+def nodes_text(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
+
+
+def describe_shortage(entries: list[tuple[str, int, str, str]]) -> str:
+    """What the nodes rejected for resources lack, the most common shortage first.
+
+    ``entries``: (resource, nodes short of it, what the pod needs, the most any of those
+    nodes had free).  E.g. ``nvidia.com/gpu on 8 nodes: needs 4, at most 2 free``.
+    """
+    ordered = sorted(entries, key=lambda e: -e[1])  # stable: resource order among equals
+    return "; ".join(
+        f"{name} on {nodes_text(count)}: needs {needs}, at most {free} free"
+        for name, count, needs, free in ordered
+    )
+
+
+def vector_shortage(
+    names: tuple[str, ...], request: np.ndarray, short: np.ndarray, most_free: np.ndarray
+) -> list[tuple[str, int, str, str]]:
+    """:func:`describe_shortage` entries of a resource request.
+
+    ``short[r]``: the nodes short of resource r; ``most_free[r]``: the most (idle plus
+    releasing) any of them had.
+    """
+    return [
+        (
+            names[r],
+            int(short[r]),
+            format_quantity(names[r], float(request[r])),
+            format_quantity(names[r], float(most_free[r])),
+        )
+        for r in np.flatnonzero(short)
+    ]

@@ -494,13 +494,22 @@ def _select(
 
 
 @njit(cache=True)
-def _failure_counts(t, task_req, task_sig, idle, rel, pred, out):
+def _failure_counts(t, task_req, task_sig, idle, rel, pred, out, short, most_free):
     rq = task_req[t]
     sig = task_sig[t]
     out[:] = 0
+    short[:] = 0
+    most_free[:] = 0.0
     for n in range(idle.shape[0]):
         if not _fits(rq, idle, rel, n, False):
             out[0] += 1
+            # per resource: the nodes short of it and the most any of them had free
+            for r in range(rq.shape[0]):
+                free = idle[n, r] + rel[n, r]
+                if rq[r] == 0.0 or rq[r] <= free + EPS:
+                    continue
+                most_free[r] = free if short[r] == 0 else max(most_free[r], free)
+                short[r] += 1
             continue
         for p in range(pred.shape[1]):
             if not pred[sig, p, n]:
@@ -548,6 +557,8 @@ def _loop(
     att,
     att_vec,
     att_fail,
+    att_short,
+    att_free,
     pl,
 ):
     n_nodes, n_res = idle.shape
@@ -610,6 +621,8 @@ def _loop(
     index[2] = words
     # failure-count cache
     fc = np.zeros(1 + n_pred, dtype=np.int64)
+    fc_short = np.zeros(n_res, dtype=np.int64)
+    fc_free = np.zeros(n_res)
     fc_version = -1
     fc_sig = -1
     fc_req = np.zeros(n_res)
@@ -786,7 +799,7 @@ def _loop(
                         if fc_req[r] != task_req[t, r]:
                             same = False
                 if not same:
-                    _failure_counts(t, task_req, task_sig, idle, rel, pred, fc)
+                    _failure_counts(t, task_req, task_sig, idle, rel, pred, fc, fc_short, fc_free)
                     fc_version = index[3]
                     fc_sig = sig
                     for r in range(n_res):
@@ -798,6 +811,9 @@ def _loop(
                 att[n_att, 6] = active_before
                 for k in range(1 + n_pred):
                     att_fail[n_att, k] = fc[k]
+                for r in range(n_res):
+                    att_short[n_att, r] = fc_short[r]
+                    att_free[n_att, r] = fc_free[r]
                 n_att += 1
                 for k in range(placed - 1, -1, -1):
                     tt = pl[pl0 + k, 0]
@@ -953,6 +969,8 @@ def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
     att = np.zeros((t + j + 1, 7), dtype=i64)
     att_vec = np.zeros((t + j + 1, 6), dtype=f64)
     att_fail = np.zeros((t + j + 1, 1 + p), dtype=i64)
+    att_short = np.zeros((t + j + 1, r), dtype=i64)
+    att_free = np.zeros((t + j + 1, r), dtype=f64)
     pl = np.zeros((t + 1, 3), dtype=i64)
     n_att, n_pl = _loop(
         idle,
@@ -993,6 +1011,8 @@ def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
         att,
         att_vec,
         att_fail,
+        att_short,
+        att_free,
         pl,
     )
     att = att[:n_att]
@@ -1013,6 +1033,8 @@ def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
         "att_active": att[:, 6].copy(),
         "att_vec": att_vec[:n_att].copy(),
         "att_fail": att_fail[:n_att].copy(),
+        "att_short": att_short[:n_att].copy(),
+        "att_free": att_free[:n_att].copy(),
         "pl_task": pl[:, 0].copy(),
         "pl_node": pl[:, 1].copy(),
         "pl_pipe": pl[:, 2].copy(),

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kai.api.model import ClusterState, Job, QueueInfo, Task, queue_path
-from kai.backends import get_backend
+from kai.api.resources import INSUFFICIENT_RESOURCES, describe_shortage, vector_shortage
+from kai.backends import EPS, get_backend
 
 if TYPE_CHECKING:
     from kai.api.objects import NodeObject
@@ -505,7 +506,7 @@ class Session:
             mask = fits_any & within
             rejected = int(np.count_nonzero(within)) - int(np.count_nonzero(mask))
         if rejected:
-            failures["insufficient resources"] = rejected
+            failures[INSUFFICIENT_RESOURCES] = rejected
         for reg in self._regs.get("batch_predicate", ()):
             name, fn = reg.fn
             ok = fn(task, job)
@@ -552,6 +553,48 @@ class Session:
         if task.is_shared_gpu:
             idle = idle & self._shared_gpu_fit(task)[1]
         return idle
+
+    def resource_shortage(self, task: Task, *, within: np.ndarray | None = None) -> str:
+        """What the nodes that cannot take ``task`` for resources lack (see filter_nodes).
+
+        Per resource: how many nodes are short of it, what the task needs and the most
+        (idle plus releasing) any of those nodes has; a fractional task's device counts
+        as ``nvidia.com/gpu``.  Computed on demand: only a task that fits nowhere is
+        described.
+        """
+        nodes = self.nodes
+        names = self.state.resources.names
+        request = task.request
+        if within is None:
+            free = nodes.idle + nodes.releasing
+        else:  # victims' nodes: usually a few rows
+            rows = np.flatnonzero(within)
+            free = nodes.idle[rows] + nodes.releasing[rows]
+        short = (request != 0.0) & ~(request <= free + EPS)
+        counts = short.sum(axis=0)
+        most_free = np.where(short, free, -np.inf).max(axis=0, initial=-np.inf)
+        entries = vector_shortage(names, request, counts, most_free)
+        if task.is_shared_gpu:
+            lacking = ~self._shared_gpu_fit(task)[0]
+            if within is not None:
+                lacking &= within
+            if lacking.any():
+                entries.append(self._device_shortage(task, np.flatnonzero(lacking)))
+        return describe_shortage(entries)
+
+    def _device_shortage(self, task: Task, rows: np.ndarray) -> tuple[str, int, str, str]:
+        """A fractional task's shortage on ``rows``: the room on one device, not GPUs."""
+        nodes = self.nodes
+        gpu = self.state.resources.index["nvidia.com/gpu"]
+        whole = nodes.idle[rows, gpu] + nodes.releasing[rows, gpu] >= 1.0 - 1e-9
+        shared = np.maximum(nodes.shared_free_any[rows], nodes.shared_free_idle[rows])
+        room = np.maximum(np.maximum(shared, 0.0), whole.astype(np.float64))
+        if task.gpu_fraction > 0:
+            needs, most = f"{task.gpu_fraction:g} of a device", f"{float(room.max()):g}"
+        else:
+            mib = room * nodes.gpu_memory_mib[rows]
+            needs, most = f"{task.gpu_memory_mib:g}Mi of a device", f"{float(mib.max()):g}Mi"
+        return ("nvidia.com/gpu", len(rows), needs, most)
 
     def _shared_gpu_fit(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
         """Whether a fractional task finds a device (shared group or whole free GPU)."""
