@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
+import kai
+from kai.backends import available_backends
 from kai.output import render_table
 from tests._kai_cluster import J, T, build, queue, run
+from tests.factory import NOW, node, pod
+from tests.factory import queue as fqueue
 
 
 def section(table: str, title: str) -> list[str]:
@@ -76,7 +82,8 @@ def test_elastic_group_says_how_many_extra_pods_wait() -> None:
     assert row(groups, "ns/el")[2] == "yes" and note in " ".join(row(groups, "ns/el"))
     why = section(table, "WHY PENDING")
     assert why[0] == f"ns/el ({note}):"
-    assert any("ns/el-" in line and "insufficient resources" in line for line in why[1:])
+    assert "pod ns/el-" in why[1]
+    assert why[2] == "      1 node: insufficient nvidia.com/gpu (needs 1, at most 0 free)"
 
 
 # ------------------------------------------------------------------ evictions
@@ -123,4 +130,74 @@ def test_a_victim_placed_again_in_the_same_session_reads_as_a_move() -> None:
     assert (
         f"  - moved by consolidation for pod group ns/big: {name} {evict.node} -> {placed.node}"
         in why[why.index(f"{victim}:") :]
+    )
+
+
+# ------------------------------------------------------------------ fit errors
+def pending_why(objects: list[dict], backend: str | None = None) -> tuple[str, list[str]]:
+    """(the JSON reason, the WHY PENDING lines) of the pod group ``default/p``."""
+    result = kai.run_session(
+        kai.Snapshot.from_objects(objects), actions=["allocate"], now=NOW, backend=backend
+    )
+    reason = result.pod_groups["default/p"].reason
+    assert reason is not None
+    return reason, section(render_table(result, explain=True), "WHY PENDING")
+
+
+def gpu_cluster() -> list[dict]:
+    taint = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+    return [
+        node("n0", gpus=2),
+        node("n1", gpus=1),
+        node("tainted", gpus=8, taints=[taint]),
+        fqueue("q"),
+        pod("p", gpus=4, queue="q"),
+    ]
+
+
+@pytest.mark.parametrize("fast", ["1", "0"])
+@pytest.mark.parametrize("backend", available_backends())
+def test_fit_error_says_which_resource_the_nodes_lack(monkeypatch, backend, fast) -> None:
+    monkeypatch.setenv("KAI_FAST_ALLOCATE", fast)  # the allocate kernel and the slow path
+    reason, why = pending_why(gpu_cluster(), backend)
+    # The JSON reason keeps its counts and adds the detail after them.
+    assert reason.endswith(
+        "0/3 nodes are available: 2 insufficient resources (nvidia.com/gpu on 2 nodes: "
+        "needs 4, at most 2 free), 1 node(s) had untolerated taint(s)"
+    )
+    assert why[1].endswith("0/3 nodes are available:")
+    assert why[2:4] == [
+        "      2 nodes: insufficient nvidia.com/gpu (needs 4, at most 2 free)",
+        "      1 node: had untolerated taint(s)",
+    ]
+
+
+def test_fit_error_counts_each_resource_and_shows_cores_and_memory_units() -> None:
+    objects = [
+        node("small", gpus=0, cpu="4", memory="16Gi"),
+        node("wide", gpus=0, cpu="64", memory="8Gi"),
+        node("big", gpus=0, cpu="64", memory="512Gi", pods=0),
+        fqueue("q"),
+        pod("p", cpu="8", memory="10Gi", queue="q"),
+    ]
+    _, why = pending_why(objects)
+    assert why[2:] == [
+        "      1 node: insufficient cpu (needs 8, at most 4 free)",
+        "      1 node: insufficient memory (needs 10Gi, at most 8Gi free)",
+        "      1 node: insufficient pods (needs 1, at most 0 free)",
+    ]
+
+
+def test_fit_error_of_a_gpu_fraction_counts_the_room_on_one_device() -> None:
+    objects = [
+        node("n0", gpus=1),
+        fqueue("q"),
+        pod("a", fraction=0.5, queue="q", node="n0", annotations={"runai-gpu-group": "g0"}),
+        pod("p", fraction=0.75, queue="q"),
+    ]
+    reason, why = pending_why(objects)
+    assert "1 insufficient resources (nvidia.com/gpu on 1 node: " in reason
+    assert (
+        why[2]
+        == "      1 node: insufficient nvidia.com/gpu (needs 0.75 of a device, at most 0.5 free)"
     )

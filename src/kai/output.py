@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
+from kai.api.resources import INSUFFICIENT_RESOURCES, nodes_text
 from kai.engine import IDLE_REASON, DecisionRecord, PodGroupResult, QueueResult, SessionResult
 
 GIB = float(2**30)
@@ -191,6 +192,63 @@ def _groups_table(result: SessionResult, moves: dict[int, _Move]) -> str:
     return _table(rows, ["POD GROUP", "QUEUE", "SCHEDULED", "PREEMPTIBLE", "REASON"])
 
 
+_NODES_AVAILABLE = re.compile(r"^(.*\b0/\d+ nodes are available):? ?(.*)$")
+_SHORT_OF = re.compile(r"^(\S+) on (\d+ nodes?): (.*)$")
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside parentheses."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i = i + len(sep)
+            continue
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _node_failures(reason: str) -> list[str]:
+    """One line per cause of a fit error's ``0/N nodes are available: ...``, with its nodes.
+
+    ``8 insufficient resources (nvidia.com/gpu on 8 nodes: needs 4, at most 2 free)``
+    reads ``8 nodes: insufficient nvidia.com/gpu (needs 4, at most 2 free)``.
+    """
+    lines = []
+    for part in _split_top(reason, ", "):
+        count, _, cause = part.partition(" ")
+        if not count.isdigit():
+            return []  # not a list of node counts: leave the reason as it is
+        nodes = nodes_text(int(count))
+        detail = cause.removeprefix(INSUFFICIENT_RESOURCES)
+        if cause != detail and detail.startswith(" (") and detail.endswith(")"):
+            for short in _split_top(detail[2:-1], "; "):
+                match = _SHORT_OF.match(short)
+                if match is None:
+                    return []
+                name, on, needs = match.groups()
+                lines.append(f"{on}: insufficient {name} ({needs})")
+        else:
+            lines.append(f"{nodes}: {cause.removeprefix('node(s) ')}")
+    return lines
+
+
+def _explain_lines(reason: str) -> list[str]:
+    """A reason as bullet lines: the nodes' causes of a fit error each on its own line."""
+    match = _NODES_AVAILABLE.match(reason)
+    if match is not None and match.group(2):
+        causes = _node_failures(match.group(2))
+        if causes:
+            return [f"  - {match.group(1)}:"] + [f"      {line}" for line in causes]
+    return [f"  - {reason}"]
+
+
 def _why_pending(result: SessionResult, moves: dict[int, _Move]) -> str:
     lines = []
     for key, g in result.pod_groups.items():
@@ -205,8 +263,10 @@ def _why_pending(result: SessionResult, moves: dict[int, _Move]) -> str:
         elif not reasons and not note:
             reasons = ["no reason recorded"]
         lines.append(f"{key}:" if note is None else f"{key} ({note}):")
-        for line in evicted + reasons:
+        for line in evicted:
             lines.append(f"  - {line}")
+        for reason in reasons:
+            lines.extend(_explain_lines(reason))
         for w in g.warnings:
             lines.append(f"  ! {w}")
     return "\n".join(lines) if lines else "(every group scheduled)"
