@@ -77,6 +77,7 @@ def test_sdist_holds_only_what_a_build_needs(sdist: Path) -> None:
     assert {f.split("/", 1)[0] for f in files} == SDIST_TOP
     assert "CMakeLists.txt" in files and "LICENSE" in files and "README.md" in files
     assert "src/kai/__init__.py" in files
+    assert "src/kai/py.typed" in files and "src/kai/_native.pyi" in files
     assert any(f.startswith("native/src/") and f.endswith(".cpp") for f in files)
     junk = [f for f in files if f.endswith(JUNK_SUFFIXES) or "__pycache__" in f]
     assert junk == []
@@ -189,6 +190,13 @@ def test_a_wheel_builds_from_the_unpacked_sdist(
         (metadata,) = (n for n in names if n.endswith(".dist-info/METADATA"))
         text = whl.read(metadata).decode()
     assert any(n.startswith("kai/_native") and n.endswith(".so") for n in names)
+    # Typed (PEP 561): the marker and the compiled core's stub.
+    assert "kai/py.typed" in names and "kai/_native.pyi" in names
+    # kai run's client and numba are extras, not requirements.
+    requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
+    assert 'Requires-Dist: kubernetes>=28; extra == "k8s"' in requires, requires
+    assert 'Requires-Dist: numba>=0.59; extra == "numba"' in requires, requires
+    assert not [r for r in requires if "extra ==" not in r and ("kube" in r or "numba" in r)]
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in text
     assert "kai simulate" in text  # the README is the long description
