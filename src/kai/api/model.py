@@ -507,9 +507,7 @@ class NodeTable:
         groups = self.gpu_groups[i]
         group = groups.get(key)
         if group is None:
-            group = groups[key] = GpuGroup(
-                from_releasing=task.status is TaskStatus.PIPELINED
-            )
+            group = groups[key] = GpuGroup(from_releasing=task.status is TaskStatus.PIPELINED)
         self._charge_group_state(i, group, -1)
         p = self.portion_on(task, i)
         group.used += sign * p

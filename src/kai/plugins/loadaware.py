@@ -188,9 +188,7 @@ class LoadAwarePlugin(Plugin):
                         self.filter_agg[i] = vec
                         self.filter_agg_found[i] = True
                 if score_agg and aggregated is not None:
-                    vec = self._target_agg(
-                        aggs, score_agg, aggregated.score_aggregated_duration, i
-                    )
+                    vec = self._target_agg(aggs, score_agg, aggregated.score_aggregated_duration, i)
                     if vec is not None:
                         self.score_agg[i] = vec
                         self.score_agg_found[i] = True
