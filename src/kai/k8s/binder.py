@@ -196,6 +196,7 @@ class Binder:
         workers: int = 16,
         attempts: int = 3,
         backoff: float = 0.2,
+        max_applying: int = 4,
     ) -> None:
         self.client = client
         self.cache = cache
@@ -204,21 +205,76 @@ class Binder:
         self.nodepool = nodepool
         self.attempts = attempts
         self.backoff = backoff
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-bind")
+        self.workers = workers
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-write")
+        self._lock = threading.Lock()
+        self._appliers: set[threading.Thread] = set()
+        self._slots = threading.BoundedSemaphore(max_applying)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
+        if not self.wait_idle(timeout):
+            log.warning("binds still in flight after %.0fs at shutdown", timeout)
         self.pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ entry point
     def apply(
-        self, result: SessionResult, snap: CacheSnapshot, now: datetime | None = None
+        self,
+        result: SessionResult,
+        snap: CacheSnapshot,
+        now: datetime | None = None,
+        *,
+        wait: bool = True,
     ) -> ApplyReport:
+        """Write a session's decisions.  Evictions are sent at once; the binds and what
+        follows them (gang rollback, PodGroup status, conditions, events) run in the
+        background unless ``wait``: the pods count as bound in the cache from now on, so
+        the next cycle neither waits for thousands of binds nor decides on them again."""
         now = now or datetime.now(timezone.utc)
         report = ApplyReport()
         members: dict[str, list[str]] = defaultdict(list)
         for pod, raw in snap.pods.items():
             members[group_of(pod, raw)].append(pod)
         self._evict(result, snap, report, now)
+        if self.cache is not None:
+            for d in result.decisions:
+                if d.type == "bind" and d.node:
+                    ns, _, name = d.pod.partition("/")
+                    self.cache.assume_bound(ns, name, d.node)
+        if wait:
+            self._finish(result, snap, report, members, now)
+            return report
+        self._slots.acquire()  # back-pressure: a few cycles' binds at most in flight
+        worker = threading.Thread(
+            target=self._finish_in_background,
+            args=(result, snap, report, members, now),
+            name="kai-apply",
+            daemon=True,
+        )
+        with self._lock:
+            self._appliers.add(worker)
+        worker.start()
+        return report
+
+    def _finish_in_background(self, *args: Any) -> None:
+        try:
+            report = self._finish(*args)
+            if report.bound or report.bind_failed or report.evicted or report.pipelined:
+                log.info("applied: %s", report.summary())
+        except Exception:  # noqa: BLE001 - a failed write never stops the scheduler
+            log.exception("applying a cycle's decisions failed")
+        finally:
+            with self._lock:
+                self._appliers.discard(threading.current_thread())
+            self._slots.release()
+
+    def _finish(
+        self,
+        result: SessionResult,
+        snap: CacheSnapshot,
+        report: ApplyReport,
+        members: dict[str, list[str]],
+        now: datetime,
+    ) -> ApplyReport:
         rolled = self._bind(result, snap, report, members)
         for d in result.decisions:
             if d.type == "pipeline":
@@ -231,7 +287,22 @@ class Binder:
         self._patch_groups(result, snap, report, rolled, now)
         self._pod_conditions(result, snap, report, rolled, members, now)
         self._group_events(result, snap, report, rolled, members)
+        if self.cache is not None:
+            self.metrics.binds_in_flight.set(self.cache.binds_in_flight)
         return report
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait for the binds in flight (at shutdown); False if some are still running."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                running = list(self._appliers)
+            if not running:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            running[0].join(left)
 
     # ------------------------------------------------------------------ evictions
     def _evict(
@@ -348,14 +419,22 @@ class Binder:
                 self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
             with gang.lock:
                 gang.bound.append(d.pod)
-            if self.cache is not None:
-                self.cache.assume("Pod", ns, name, _mark_bound(d.node))
             return d, "bound", None
 
-        for d, outcome, err in self.pool.map(one, binds):
+        # Each cycle binds on workers of its own: a few binds of a later cycle do not
+        # queue behind thousands of an earlier one.
+        with ThreadPoolExecutor(
+            max_workers=max(1, min(self.workers, len(binds))), thread_name_prefix="kai-bind"
+        ) as pool:
+            outcomes = list(pool.map(one, binds))
+        for d, outcome, err in outcomes:
             if outcome == "bound":
                 report.bound.append(d.pod)
-            elif outcome == "skipped":
+                continue
+            if self.cache is not None:
+                ns, _, name = d.pod.partition("/")
+                self.cache.forget_bound(ns, name)
+            if outcome == "skipped":
                 report.skipped.append(d.pod)
             else:
                 report.bind_failed[d.pod] = str(err)
@@ -689,17 +768,6 @@ def _not_evictable(raw: dict | None) -> str | None:
     if (raw.get("metadata") or {}).get("deletionTimestamp"):
         return "the pod is terminating already"
     return None
-
-
-def _mark_bound(node: str) -> Callable[[dict], bool]:
-    def mutate(raw: dict) -> bool:
-        spec = raw.setdefault("spec", {})
-        if spec.get("nodeName"):
-            return False  # the watch already reported the bind
-        spec["nodeName"] = node
-        return True
-
-    return mutate
 
 
 def _mark_deleting(now: datetime) -> Callable[[dict], bool]:

@@ -124,6 +124,10 @@ class ClusterCache:
         self._threads: list[threading.Thread] = []
         self._streams: dict[str, WatchStream] = {}
         self._assume_seq = 0
+        # Pods handed to the binder and not yet seen bound: (namespace, name) -> node.
+        # A watch event of such a pod without a node (a label or status write) must not
+        # make the next cycle decide on it again, as kube-scheduler's assumed pods.
+        self._binding: dict[tuple[str | None, str], str] = {}
         self.relists: dict[str, int] = {k.name: 0 for k in self.kinds}
         self.errors: dict[str, int] = {k.name: 0 for k in self.kinds}
         self.on_relist: Callable[[str], None] | None = None
@@ -249,10 +253,10 @@ class ClusterCache:
     # ------------------------------------------------------------------ store
     def _replace(self, kind: Kind, items: list[dict]) -> None:
         fresh = {}
-        for obj in items:
-            meta = obj.get("metadata") or {}
-            fresh[object_key(kind.name, obj)] = _Entry(obj, str(meta.get("resourceVersion", "")))
         with self._lock:
+            for obj in items:
+                key = object_key(kind.name, obj)
+                fresh[key] = self._entry(kind.name, key, obj)
             self._store[kind.name] = fresh
 
     def _apply(self, kind: Kind, type_: str, obj: dict) -> None:
@@ -261,9 +265,51 @@ class ClusterCache:
             store = self._store[kind.name]
             if type_ == "DELETED":
                 store.pop(key, None)
+                self._binding.pop((key[1], key[2]), None)
             elif type_ in ("ADDED", "MODIFIED"):
-                meta = obj.get("metadata") or {}
-                store[key] = _Entry(obj, str(meta.get("resourceVersion", "")))
+                store[key] = self._entry(kind.name, key, obj)
+
+    def _entry(self, kind: str, key: Key, obj: dict) -> _Entry:
+        """The stored form of an observed object: a pod whose bind is in flight keeps its
+        assumed node until the API server reports it bound (or the bind fails)."""
+        tag = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if kind == "Pod" and self._binding:
+            pod = (key[1], key[2])
+            node = self._binding.get(pod)
+            if node is not None:
+                if (obj.get("spec") or {}).get("nodeName"):
+                    del self._binding[pod]  # observed bound: the assumption is done
+                else:
+                    obj = copy.deepcopy(obj)
+                    obj.setdefault("spec", {})["nodeName"] = node
+                    tag += "~binding"
+        return _Entry(obj, tag)
+
+    def assume_bound(self, namespace: str, name: str, node: str) -> None:
+        """A pod handed to the binder counts as bound to ``node`` from now on."""
+        with self._lock:
+            self._binding[(namespace, name)] = node
+            key = ("Pod", namespace, name)
+            entry = self._store.get("Pod", {}).get(key)
+            if entry is not None:
+                self._store["Pod"][key] = self._entry("Pod", key, entry.raw)
+
+    def forget_bound(self, namespace: str, name: str) -> None:
+        """The bind failed: the pod is pending again in the next snapshot."""
+        with self._lock:
+            if self._binding.pop((namespace, name), None) is None:
+                return
+            key = ("Pod", namespace, name)
+            entry = self._store.get("Pod", {}).get(key)
+            if entry is not None and entry.tag.endswith("~binding"):
+                raw = copy.deepcopy(entry.raw)
+                raw.get("spec", {}).pop("nodeName", None)
+                self._store["Pod"][key] = _Entry(raw, entry.tag.removesuffix("~binding"))
+
+    @property
+    def binds_in_flight(self) -> int:
+        with self._lock:
+            return len(self._binding)
 
     def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         with self._lock:

@@ -107,6 +107,12 @@ class SchedulerMetrics:
             namespace=ns,
             registry=r,
         )
+        self.binds_in_flight = Gauge(
+            "binds_in_flight",
+            "Pods handed to the binder and not yet seen bound",
+            namespace=ns,
+            registry=r,
+        )
         self.is_leader = Gauge(
             "is_leader",
             "1 when this replica holds the leader lease (or runs without election)",

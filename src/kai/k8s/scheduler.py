@@ -135,6 +135,7 @@ class Scheduler:
         self.cycles = 0
         self._heartbeat = time.monotonic()
         self._started = False
+        self._looping = False
 
     # ------------------------------------------------------------------ state
     @property
@@ -176,10 +177,12 @@ class Scheduler:
 
     def shutdown(self) -> None:
         self.stop_event.set()
+        # Binds in flight finish before the lease goes: the next leader would decide on
+        # those pods again.
+        self.binder.close()
         if self.elector is not None:
             self.elector.stop(release=True)
         self.cache.stop()
-        self.binder.close()
         if self.server is not None:
             self.server.stop()
         log.info("scheduler stopped")
@@ -199,6 +202,7 @@ class Scheduler:
                 self.options.schedule_period,
                 self.identity,
             )
+            self._looping = True
             while not self.stop_event.is_set():
                 self._heartbeat = time.monotonic()
                 if self.is_leader:
@@ -279,14 +283,13 @@ class Scheduler:
         if not self.is_leader:
             log.warning("lost the lease during the cycle; its decisions are dropped")
             return CycleReport(True, result)
-        applied = self.binder.apply(result, snap, now)
-        if result.decisions or applied.bind_failed or applied.evict_failed:
-            log.info(
-                "cycle %d: %d decision(s); %s",
-                self.cycles,
-                len(result.decisions),
-                applied.summary(),
-            )
+        # In the loop binds run in the background (the binder logs what they did); one
+        # cycle on its own (--once, embedding code) waits for them.
+        applied = self.binder.apply(result, snap, now, wait=not self._looping)
+        if result.decisions:
+            log.info("cycle %d: %d decision(s)", self.cycles, len(result.decisions))
+        if not self._looping and (result.decisions or applied.bind_failed):
+            log.info("cycle %d: %s", self.cycles, applied.summary())
         return CycleReport(True, result, applied)
 
     def _report_bad(self, snap: CacheSnapshot) -> None:
