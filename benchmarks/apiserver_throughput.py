@@ -197,7 +197,9 @@ def _start_kube_scheduler(bin_dir: Path, kubeconfig: Path, workdir: Path) -> sub
     )
 
 
-def _start_kai(kubeconfig: Path, workdir: Path, port: int, period: str) -> subprocess.Popen:
+def _start_kai(
+    kubeconfig: Path, workdir: Path, port: int, period: str, workers: int
+) -> subprocess.Popen:
     return subprocess.Popen(
         [
             str(Path(sys.executable).with_name("kai")),
@@ -207,6 +209,7 @@ def _start_kai(kubeconfig: Path, workdir: Path, port: int, period: str) -> subpr
             "--no-leader-elect",
             f"--listen-address=127.0.0.1:{port}",
             f"--schedule-period={period}",
+            f"--bind-workers={workers}",
         ],
         stdout=open(workdir / "kai.log", "wb"),  # noqa: SIM115
         stderr=subprocess.STDOUT,
@@ -230,7 +233,9 @@ def _kai_metrics(port: int) -> dict[str, float]:
     return out
 
 
-def run_one(which: str, nodes: int, pods: int, gang: int, bin_dir: Path, period: str) -> dict:
+def run_one(
+    which: str, nodes: int, pods: int, gang: int, bin_dir: Path, period: str, workers: int
+) -> dict:
     plane = ControlPlane(bin_dir).start()
     workdir = plane.dir
     kubelet = None
@@ -247,7 +252,7 @@ def run_one(which: str, nodes: int, pods: int, gang: int, bin_dir: Path, period:
         port = free_port()
         start = time.monotonic()
         if which == "kai":
-            proc = _start_kai(kubeconfig, workdir, port, period)
+            proc = _start_kai(kubeconfig, workdir, port, period, workers)
         else:
             proc = _start_kube_scheduler(bin_dir, kubeconfig, workdir)
         deadline = start + 900
@@ -293,6 +298,7 @@ def main() -> None:
     parser.add_argument("--gang", type=int, default=1, help="pods per PodGroup (kai only)")
     parser.add_argument("--only", choices=["kai", "kube-scheduler"])
     parser.add_argument("--period", default="1s", help="kai's --schedule-period")
+    parser.add_argument("--bind-workers", type=int, default=16, help="kai's --bind-workers")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     bin_dir = provision_binaries(with_scheduler=True)
@@ -300,7 +306,9 @@ def main() -> None:
     results = []
     for name in which:
         gang = args.gang if name == "kai" else 1
-        results.append(run_one(name, args.nodes, args.pods, gang, bin_dir, args.period))
+        results.append(
+            run_one(name, args.nodes, args.pods, gang, bin_dir, args.period, args.bind_workers)
+        )
         print(json.dumps(results[-1]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -339,6 +339,13 @@ def _duration_flag(name: str, default: str, help_: str):
     help="API requests allowed at once above --qps.",
 )
 @click.option(
+    "--bind-workers",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Binds sent in parallel for one cycle.",
+)
+@click.option(
     "--owner-resources",
     default="",
     help="Extra owner kinds whose metadata is read, comma-separated "
@@ -372,6 +379,7 @@ def run(
     dry_run,
     qps,
     burst,
+    bind_workers,
     owner_resources,
     backend,
     log_level,
@@ -463,6 +471,7 @@ def run(
         watch_timeout=max(1, round(durations["--watch-timeout"])),
         dry_run=dry_run,
         backend=backend,
+        bind_workers=bind_workers,
         owner_resources=owners,
     )
     scheduler = Scheduler(client, options, config)
