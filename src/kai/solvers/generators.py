@@ -88,7 +88,12 @@ def _prefix_subsets(
 ) -> Iterator[set[int]]:
     from kai.solvers.scenario import node_gpu_capacity
 
+    # GPUs per node before the batches: idle and releasing, plus what the recorded
+    # victims free on every node (also where no batch adds a victim).
     base = node_gpu_capacity(ssn)
+    recorded_on_node = state.recorded_on_node
+    if recorded_on_node:
+        base[list(recorded_on_node)] += list(recorded_on_node.values())
     requests = state.gpu_requests
     smallest = float(requests.min()) if len(requests) else 0.0
     demand = float(requests.sum())
@@ -99,17 +104,15 @@ def _prefix_subsets(
         return
     order = state.node_order  # victim-bearing nodes in first-appearance order
     capacity: dict[int, float] = {}
-    recorded_on_node = state.recorded_on_node
     index = np.array(order, dtype=np.intp)
     totals = state.freed_totals(order)
     if totals is not None and np.array_equal(base[index], np.floor(base[index])):
         # Whole GPUs only: every partial sum is an exact integer, so summing the batch
         # totals at once gives the same values as adding batch by batch.
-        recorded = np.array([recorded_on_node.get(n, 0.0) for n in order], dtype=np.float64)
-        capacity = dict(zip(order, (base[index] + recorded) + totals))
+        capacity = dict(zip(order, base[index] + totals))
     else:
         for node in order:
-            cap = base[node] + recorded_on_node.get(node, 0.0)
+            cap = base[node]
             for freed in state.freed_on_node[node]:  # per batch on the node, in batch order
                 cap += freed
             capacity[node] = cap
@@ -161,7 +164,6 @@ class _PrefixBound:
         self.baseline = float(base[feasible].sum()) if self.whole else 0.0
         # Per node its capacity once it bears victims (NaN before).
         self.capacity = np.full(len(base), np.nan)
-        self.recorded: np.ndarray | None = None  # per node, the GPUs recorded victims free
         self.candidates = 0  # nodes with capacity + 1e-9 >= smallest
         self.total = 0.0  # their capacity
         self.seen = 0  # entries of ``state.touched`` taken in
@@ -174,10 +176,6 @@ class _PrefixBound:
         totals = state.freed_total_array()
         if not self.whole or totals is None:
             return True
-        if self.recorded is None:
-            self.recorded = np.zeros(len(self.base))
-            for node, freed in state.recorded_on_node.items():
-                self.recorded[node] = freed
         # The nodes the new batches touched: all values are whole numbers, so the sums
         # are exact in any order (and a node's capacity depends only on the totals,
         # however often it was touched).
@@ -191,7 +189,7 @@ class _PrefixBound:
             was = ~fresh & (old + 1e-9 >= smallest)
             self.candidates -= int(np.count_nonzero(was))
             self.total -= float(old[was].sum())
-            new = (base[nodes] + self.recorded[nodes]) + totals[nodes]
+            new = base[nodes] + totals[nodes]
             capacity[nodes] = new
             now = new + 1e-9 >= smallest
             self.candidates += int(np.count_nonzero(now))
@@ -205,7 +203,7 @@ class _PrefixBound:
                 elif before + 1e-9 >= smallest:
                     self.candidates -= 1
                     self.total -= before
-                after = (float(base[node]) + float(self.recorded[node])) + float(totals[node])
+                after = float(base[node]) + float(totals[node])
                 capacity[node] = after
                 if after + 1e-9 >= smallest:
                     self.candidates += 1

@@ -1,11 +1,13 @@
 """The job solver: generators x probes x simulation, under a budget.
 
 For a pending job with ``n`` tasks to place, every registered generator in turn runs
-a probe progression: solve the first k = 1, 2, 4, ... tasks until a probe fails, then
-binary-search the largest solvable k; each successful probe's victims become *recorded
-victims* that later probes start from.  If some k is solvable, a final probe at k = n
-is kept.  Probes other than the final one are always rolled back.  Scenarios that
-failed are fingerprinted and never simulated twice for the same job.
+a probe progression: solve the first k = 1, 2, 4, ..., n tasks (doubling, capped at n)
+until a probe fails, then binary-search between the last success and the failed k; the
+victims a successful probe used (evicted or moved) become the *recorded victims* that
+later probes start from.  Unless the whole job already failed from the same recorded
+victims, a final probe at k = n follows.  Only a successful probe at k = n is kept;
+the others are rolled back.  Scenarios that failed are fingerprinted and never
+simulated twice for the same job.
 """
 
 from __future__ import annotations
@@ -122,43 +124,63 @@ class JobSolver:
     ) -> SolveResult:
         n = len(tasks)
         recorded: list[Task] = []
-        if n > 1:
-            best, worst = 0, n
-            k = 1
-            while k < n:
-                probe = self._probe(
-                    job, tasks[:k], recorded, name, gen, victims, feasible, failed, job_budget
-                )
-                if probe.reason == DEADLINE_EXHAUSTED:
-                    return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
-                if probe.sim is None:
-                    worst = k
-                    break
-                best = k
-                recorded = self._record(recorded, probe.sim)
-                k *= 2
-            while worst - best > 1 and worst < n:
-                mid = (best + worst) // 2
-                probe = self._probe(
-                    job, tasks[:mid], recorded, name, gen, victims, feasible, failed, job_budget
-                )
-                if probe.reason == DEADLINE_EXHAUSTED:
-                    return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
-                if probe.sim is None:
-                    worst = mid
-                else:
-                    best = mid
-                    recorded = self._record(recorded, probe.sim)
-            if best == 0:
-                return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
-        final = self._probe(
-            job, tasks, recorded, name, gen, victims, feasible, failed, job_budget, keep=True
-        )
-        if final.reason == DEADLINE_EXHAUSTED:
-            return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
-        sim = final.sim
-        if sim is None:
+
+        def probe(k: int) -> _Probe:
+            return self._probe(
+                job,
+                tasks[:k],
+                recorded,
+                name,
+                gen,
+                victims,
+                feasible,
+                failed,
+                job_budget,
+                keep=k == n,
+            )
+
+        # Doubling, capped at n so that the whole job is one of the probes.
+        best, k = 0, 1
+        while True:
+            got = probe(k)
+            if got.reason == DEADLINE_EXHAUSTED:
+                return self._stopped(job_budget)
+            if got.sim is None:
+                break
+            if k == n:
+                return self._solved(got.sim, job_budget)
+            best, recorded = k, self._used(got.sim)
+            k = min(2 * k, n)
+        if best == 0:
             return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+        # Binary search between the last success and the failed probe; each success
+        # starts the later probes from its victims.
+        worst, last = k, best
+        while worst - best > 1:
+            mid = (best + worst) // 2
+            got = probe(mid)
+            if got.reason == DEADLINE_EXHAUSTED:
+                return self._stopped(job_budget)
+            if got.sim is None:
+                worst = mid
+            else:
+                best, recorded = mid, self._used(got.sim)
+        if k == n and best == last:
+            # The whole job already failed from these very recorded victims.
+            return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+        final = probe(n)
+        if final.reason == DEADLINE_EXHAUSTED:
+            return self._stopped(job_budget)
+        if final.sim is None:
+            return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+        return self._solved(final.sim, job_budget)
+
+    @staticmethod
+    def _stopped(job_budget: JobBudget) -> SolveResult:
+        return SolveResult(False, DEADLINE_EXHAUSTED, scenarios=job_budget.scenarios)
+
+    @staticmethod
+    def _solved(sim: Simulation, job_budget: JobBudget) -> SolveResult:
         return SolveResult(
             True,
             SOLVED,
@@ -169,14 +191,10 @@ class JobSolver:
         )
 
     @staticmethod
-    def _record(recorded: list[Task], sim: Simulation) -> list[Task]:
-        out = list(recorded)
-        seen = set(out)
-        for task in [*(sim.preempted or []), *(sim.moved or [])]:
-            if task not in seen:
-                seen.add(task)
-                out.append(task)
-        return out
+    def _used(sim: Simulation) -> list[Task]:
+        """The victims a successful probe used (evicted or moved): victims of earlier
+        probes that it put back are no longer recorded."""
+        return [*(sim.preempted or []), *(sim.moved or [])]
 
     def _probe(
         self,
