@@ -87,3 +87,110 @@ def test_reclaim_gang_across_nodes() -> None:
     evicted, running, gang = _outcome(run(snap, ["reclaim"]))
     assert all(gang.values()), gang
     assert len(evicted) == 5 and len(running) == 5
+
+
+def _shared_snapshot(rng, monkeypatch):
+    """2-5 nodes of 1-4 devices, each device idle, held by a 1-GPU job, or shared by
+    1-3 fractional jobs (one gpu-group per device); a pending job of whole-GPU pods."""
+    import kai
+
+    nodes = {f"n{i}": int(rng.choice([1, 2, 4])) for i in range(int(rng.integers(2, 6)))}
+    jobs: list[J] = []
+    groups: dict[str, str] = {}  # pod name -> gpu-group
+    for node, count in nodes.items():
+        for d in range(count):
+            kind = int(rng.integers(0, 4))
+            if kind == 1:
+                jobs.append(J(f"w{len(jobs):02d}", "q0", [T("Running", node)], priority=10))
+            elif kind >= 2:
+                shares = [[0.5], [0.5, 0.5], [0.25, 0.5], [0.25, 0.25, 0.25]][int(rng.integers(4))]
+                for share in shares:
+                    name = f"s{len(jobs):02d}"
+                    jobs.append(J(name, "q0", [T("Running", node)], gpus=share, priority=10))
+                    groups[f"{name}-0"] = f"{node}-d{d}"
+    size = int(rng.integers(1, 4))
+    gpus = float(rng.choice([1, 2]))
+    jobs.append(J("p", "q0", [T() for _ in range(size)], gpus=gpus, priority=50))
+    plain = kai.Snapshot.from_objects
+
+    def labelled(objs):
+        for obj in objs:
+            group = groups.get(obj["metadata"]["name"]) if obj["kind"] == "Pod" else None
+            if group:
+                obj["metadata"].setdefault("labels", {})["runai-gpu-group"] = group
+        return plain(objs)
+
+    with monkeypatch.context() as m:
+        m.setattr(kai.Snapshot, "from_objects", labelled)
+        return build(nodes, [queue("q0", 0)], jobs)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_prechecks_never_reject_what_the_simulation_places(seed: int, monkeypatch) -> None:
+    """The placement pre-check and the accumulated filters, for random victim sets on
+    clusters with shared devices, accept every scenario the exact simulation solves."""
+    import numpy as np
+
+    from kai.actions.common import tasks_to_allocate
+    from kai.api.model import ACTIVE_ALLOCATED
+    from kai.solvers.job_solver import _PlacementBound, feasible_nodes
+    from kai.solvers.scenario import AccumulatedState, Scenario, VictimBatch
+    from kai.solvers.simulate import simulate
+    from tests.test_solver import _session
+
+    rng = np.random.default_rng(seed)
+    solved = shared = 0
+    for _ in range(6):
+        ssn = _session(_shared_snapshot(rng, monkeypatch))
+        running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+        job = ssn.jobs["ns/p"]
+        tasks = tasks_to_allocate(ssn, job)
+        for _ in range(15):
+            size = int(rng.integers(1, len(running) + 1)) if running else 0
+            picked = rng.choice(len(running), size=size, replace=False) if size else []
+            victims = [running[i] for i in sorted(picked)]
+            pending = tasks[: int(rng.integers(1, len(tasks) + 1))]
+            within = feasible_nodes(ssn, pending)
+            for t in victims:
+                within[t.node] = True
+            half = len(victims) // 2
+            recorded = victims[:half]
+            batches = [VictimBatch(t.job, [t], frozenset((t.node,))) for t in victims[half:]]
+            scenario = Scenario(job, pending, recorded, batches)
+            sim = simulate(ssn, scenario, within, lambda *_: True, "preempt")
+            if not sim.solved:
+                continue
+            assert sim.statement is not None
+            sim.statement.discard()
+            solved += 1
+            shared += any(t.is_shared_gpu for t in victims)
+            miss = f"seed {seed}: victims {[t.name for t in victims]}"
+            assert _PlacementBound(ssn, pending, within, recorded).may_fit(scenario), miss
+            assert _PlacementBound(ssn, pending, within, victims).may_fit(
+                Scenario(job, pending, victims)
+            ), miss
+            assert AccumulatedState(ssn, pending, victims).passes_filters(), miss
+    assert solved and shared
+
+
+def test_whole_gpu_gang_takes_devices_freed_from_fractional_tenants(monkeypatch) -> None:
+    # Two 1-GPU nodes, each device shared by two 0.5-GPU jobs: a 2-pod gang of whole-GPU
+    # pods evicts all four tenants and lands one pod per node.
+    import kai
+
+    nodes = {"n0": 1, "n1": 1}
+    jobs = [J(f"s{i}", "q0", [T("Running", f"n{i // 2}")], gpus=0.5, priority=10) for i in range(4)]
+    jobs.append(J("g", "q0", [T(), T()], priority=50))
+    plain = kai.Snapshot.from_objects
+
+    def labelled(objs):
+        for obj in objs:
+            if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith("s"):
+                node = obj["spec"]["nodeName"]
+                obj["metadata"]["labels"] = {"runai-gpu-group": f"{node}-d0"}
+        return plain(objs)
+
+    monkeypatch.setattr(kai.Snapshot, "from_objects", labelled)
+    st = statuses(run(build(nodes, [queue("q0", 0)], jobs), ["preempt"]))
+    assert {st[f"s{i}-0"][0] for i in range(4)} == {"Releasing"}
+    assert sorted(st[f"g-{i}"] for i in range(2)) == [("Pipelined", "n0"), ("Pipelined", "n1")]

@@ -28,8 +28,10 @@ from kai.solvers.scenario import (
     COUNT_SLACK,
     Fingerprint,
     Scenario,
+    gpu_freed,
     gpu_slot_needs,
     gpu_slots_suffice,
+    node_gpu_capacity,
     pending_key,
 )
 from kai.solvers.simulate import Simulation, Validator, simulate
@@ -60,8 +62,6 @@ class _Probe:
 
 def feasible_nodes(ssn: Session, tasks: list[Task]) -> np.ndarray:
     """All nodes if a task needs no GPU, else nodes with idle or releasing GPUs."""
-    from kai.solvers.scenario import node_gpu_capacity
-
     n = len(ssn.nodes)
     if any(not t.requests_gpu for t in tasks):
         return np.ones(n, dtype=np.bool_)
@@ -246,7 +246,9 @@ class _PlacementBound:
     """A sound pre-check of a scenario's simulation (which places whole-GPU pending tasks
     only where ``request <= idle + releasing`` after the evictions, on the probe's nodes
     plus the victims' nodes): if even the GPU slots of those nodes cannot take the
-    pending tasks, the simulation would fail, and is skipped.
+    pending tasks, the simulation would fail, and is skipped.  A shared device counts
+    its free portion, and each evicted tenant adds its portion: a device all of whose
+    tenants go counts whole (the capacity may only be overestimated).
 
     The probe's scenarios share its recorded victims: their part (capacities, nodes and
     slots) is computed once, and each scenario only adds its batches' nodes.
@@ -260,8 +262,10 @@ class _PlacementBound:
         ]
         if self.requests:
             self.needs = gpu_slot_needs(self.requests)
-            nodes = ssn.nodes
-            self.base = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
+            self.ssn = ssn
+            # Shared devices counted by their free portion: evicting (or moving) every
+            # tenant of one frees the whole device, as the simulation sees it.
+            self.base = node_gpu_capacity(ssn)
             self.within = within
             self.recorded = recorded
             self._shared: tuple[np.ndarray, np.ndarray, list[int], set[Task]] | None = None
@@ -270,7 +274,10 @@ class _PlacementBound:
         """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
         victims = [t for t in victims if t.node >= 0]
         index = np.fromiter((t.node for t in victims), dtype=np.intp, count=len(victims))
-        freed = np.fromiter((t.request[GPU] for t in victims), dtype=np.float64, count=len(victims))
+        ssn = self.ssn
+        freed = np.fromiter(
+            (gpu_freed(ssn, t) for t in victims), dtype=np.float64, count=len(victims)
+        )
         capacity = self.base.copy()
         np.add.at(capacity, index, freed)
         mask = self.within.copy()
@@ -302,7 +309,7 @@ class _PlacementBound:
                     old = changed.get(node)
                     if old is None:
                         old = float(capacity[node])
-                    changed[node] = old + float(task.request[GPU])
+                    changed[node] = old + gpu_freed(self.ssn, task)
         for (v, need), have in zip(self.needs, slots):
             for node, new in changed.items():
                 if mask[node]:

@@ -233,6 +233,10 @@ class AccumulatedState:
         nodes = ssn.nodes
         self._gpu_capacity = node_gpu_capacity(ssn)
         self._available = (nodes.idle + nodes.releasing).copy()
+        # The GPU column as the GPU filter counts it (shared devices by their free
+        # portion, each evicted tenant adding its portion): a device freed by evicting
+        # its fractional tenants takes a whole-GPU request here too.
+        self._available[:, GPU] = self._gpu_capacity
         self._cap: dict[int, float] = {}  # node -> GPU capacity not yet written back
         self._row_nodes: list[int] = []  # rows not yet added to ``_available``
         self._rows: list[np.ndarray] = []
@@ -280,8 +284,7 @@ class AccumulatedState:
         freed = rows[:, GPU].copy()
         for i, task in enumerate(live):
             if task.is_shared_gpu:
-                freed[i] = gpu_freed(ssn, task)
-                rows[i, GPU] = 0.0  # the device fraction is in the GPU capacity
+                freed[i] = rows[i, GPU] = gpu_freed(ssn, task)
         np.add.at(self._gpu_capacity, nodes, freed)
         np.add.at(self._available, nodes, rows)
         if not np.array_equal(freed, np.floor(freed)):
@@ -368,7 +371,7 @@ class AccumulatedState:
         vec = task.request
         if task.is_shared_gpu:
             vec = vec.copy()
-            vec[GPU] = 0.0
+            vec[GPU] = freed  # its portion of the device, as in the GPU capacity
         self._row_nodes.append(node)
         self._rows.append(vec)
 
