@@ -194,3 +194,41 @@ def test_whole_gpu_gang_takes_devices_freed_from_fractional_tenants(monkeypatch)
     st = statuses(run(build(nodes, [queue("q0", 0)], jobs), ["preempt"]))
     assert {st[f"s{i}-0"][0] for i in range(4)} == {"Releasing"}
     assert sorted(st[f"g-{i}"] for i in range(2)) == [("Pipelined", "n0"), ("Pipelined", "n1")]
+
+
+def test_probes_start_from_the_victims_the_last_success_used(monkeypatch) -> None:
+    # Ten preemptible victims on four nodes; the 2-pod probe's simulation puts back a
+    # victim the 1-pod probe evicted (v09) and evicts another (v08): every probe starts
+    # from exactly the victims the last successful probe evicted or moved.  The 10-pod
+    # gang then takes n0, n1 and n3; v06 (on n2, where no pod goes) keeps running.
+    from kai.solvers.job_solver import JobSolver
+
+    probes: list[tuple[int, list[str], list[str] | None]] = []
+    plain = JobSolver._probe
+
+    def spy(self, job, pending, recorded, *args, **kw):
+        got = plain(self, job, pending, recorded, *args, **kw)
+        used = None if got.sim is None else [t.job.name for t in JobSolver._used(got.sim)]
+        probes.append((len(pending), sorted(t.job.name for t in recorded), used))
+        return got
+
+    monkeypatch.setattr(JobSolver, "_probe", spy)
+    nodes = {"n0": 2, "n1": 4, "n2": 2, "n3": 4}
+    layout = [("n0", 1, 10), ("n0", 1, 10), ("n1", 1, 10), ("n1", 1, 5), ("n1", 1, 20)]
+    layout += [("n1", 1, 5), ("n2", 2, 20), ("n3", 1, 5), ("n3", 2, 5), ("n3", 1, 5)]
+    jobs = [
+        J(f"v{i:02d}", "q0", [T("Running", node)], gpus=g, priority=p)
+        for i, (node, g, p) in enumerate(layout)
+    ]
+    jobs.append(J("g", "q0", [T() for _ in range(10)], priority=50))
+    st = statuses(run(build(nodes, [queue("q0", 0)], jobs), ["preempt"]))
+    last_used: list[str] = []
+    for _, recorded, used in probes:
+        assert recorded == sorted(last_used), probes
+        if used is not None:
+            last_used = used
+    # some probe put back a victim it started from
+    assert any(used is not None and not set(recorded) <= set(used) for _, recorded, used in probes)
+    assert st["v06-0"] == ("Running", "n2")
+    assert {st[f"v{i:02d}-0"][0] for i in range(10) if i != 6} == {"Releasing"}
+    assert sorted(st[f"g-{i}"][1] for i in range(10)) == ["n0"] * 2 + ["n1"] * 4 + ["n3"] * 4
