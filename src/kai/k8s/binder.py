@@ -2,23 +2,40 @@
 
 Order: evictions first (they free what pipelined and reclaiming groups wait for), then
 binds, then PodGroup annotations and status, the pending pods' ``PodScheduled``
-condition, then events.  Binds run in parallel with retries; a shared-GPU pod is first
-labelled with its device group (``runai-gpu-group``), which the next snapshot reads
-back, and a pod whose label cannot be written is not bound (a failed bind).  When a
-gang cannot be completed (a bind fails for good and the group would stay below
-minMember), its remaining binds are skipped and the members bound in this cycle are
-rolled back: a pod cannot be unbound, so a controller-owned member is deleted (its
-controller recreates it pending) and any other member is left and reported.
+condition, then events.
+
+Evictions are sent while the cycle waits.  Binds are not: binding thousands of pods
+takes longer than a cycle, and the loop must go on meanwhile (KAI-Scheduler runs its
+binder apart for this reason).  The cycle hands its binds to the binder's workers and
+returns; from then on the cache counts each pod as bound to its node (kube-scheduler's
+"assume"), so the next cycle sees the capacity used and never decides on the pod again.
+A bind that fails drops the assumption: the pod is pending again.  The workers take the
+binds of the cycles in flight in turn, so a later cycle's few binds do not wait behind an
+earlier cycle's thousands.
+
+Binds are retried; a shared-GPU pod is first labelled with its device group
+(``runai-gpu-group``), which the next snapshot reads back, and a pod whose label cannot
+be written is not bound (a failed bind).  When a gang cannot be completed (a bind fails
+for good and the group would stay below minMember), its remaining binds are skipped and
+the members bound in this cycle are rolled back: a pod cannot be unbound, so a
+controller-owned member is deleted (its controller recreates it pending) and any other
+member is left and reported.
+
+PodGroup annotations and status, pod conditions and events are written by other
+workers.  What depends on a group's binds (its last-start annotation, a rollback's
+message) is written once they are answered; the rest is queued at hand-off.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import re
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import defaultdict, deque
+from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -124,6 +141,10 @@ class EventRecorder:
     def emit(self, involved: dict, reason: str, message: str, type_: str = "Normal") -> bool:
         if not self.should_send(involved, reason, message):
             return False
+        return self.send(involved, reason, message, type_)
+
+    def send(self, involved: dict, reason: str, message: str, type_: str = "Normal") -> bool:
+        """Create the event (``should_send`` said yes); False when that failed."""
         try:
             self.client.create_event(
                 involved,
@@ -162,6 +183,8 @@ class ApplyReport:
     labelled: list[str] = field(default_factory=list)  # shared-GPU pods given their group
     pod_conditions: list[str] = field(default_factory=list)  # PodScheduled=False written
     events: int = 0
+    # Workers fill the report in after the cycle handed its binds over.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def summary(self) -> str:
         return (
@@ -173,15 +196,219 @@ class ApplyReport:
             f"pod conditions {len(self.pod_conditions)}"
         )
 
+    def add_event(self, sent: bool) -> None:
+        if sent:
+            with self.lock:
+                self.events += 1
+
+
+# ---------------------------------------------------------------------- work queues
+
+WriteKey = Hashable
+
+
+class _WriteQueue:
+    """Writes that follow the binds (PodGroup annotations and status, pod conditions,
+    events), run by a few workers.
+
+    Each write is keyed by what it changes.  A queued write that a later cycle asks for
+    again is replaced by the later one (annotations are merged), a later cycle that no
+    longer wants it cancels it, and one key is written by one worker at a time: a slow
+    API server neither piles up repeated writes nor sees an older write land after a
+    newer one."""
+
+    def __init__(self, workers: int, may_write: Callable[[], bool], name: str) -> None:
+        self.workers = max(1, workers)
+        self.may_write = may_write
+        self.name = name
+        self._cv = threading.Condition()
+        # Insertion-ordered: the oldest key first; replacing a write keeps its place.
+        self._queued: dict[WriteKey, tuple[Callable[[Any], None], Any]] = {}
+        self._running: set[WriteKey] = set()
+        self._threads: list[threading.Thread] = []
+        self._closing = False
+        self._seq = itertools.count()
+
+    def put(
+        self,
+        key: WriteKey | None,
+        write: Callable[[Any], None],
+        payload: Any = None,
+        merge: Callable[[Any, Any], Any] | None = None,
+    ) -> None:
+        self.put_many([(key, write, payload, merge)])
+
+    def put_many(
+        self,
+        writes: list[
+            tuple[WriteKey | None, Callable[[Any], None], Any, Callable[[Any, Any], Any] | None]
+        ],
+        cancel: Iterable[WriteKey] = (),
+    ) -> None:
+        with self._cv:
+            if self._closing:
+                return
+            for key in cancel:
+                self._queued.pop(key, None)
+            for key, write, payload, merge in writes:
+                if key is None:
+                    key = ("once", next(self._seq))
+                old = self._queued.get(key)
+                if old is not None and merge is not None:
+                    payload = merge(old[1], payload)
+                self._queued[key] = (write, payload)
+            if writes and not self._threads:
+                for i in range(self.workers):
+                    t = threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+            self._cv.notify_all()
+
+    def _next(self) -> WriteKey | None:
+        # At most `workers` keys are running: the scan stops within that many steps.
+        return next((k for k in self._queued if k not in self._running), None)
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                key = self._next()
+                while key is None and not self._closing:
+                    self._cv.wait()
+                    key = self._next()
+                if key is None or self._closing and not self._queued:
+                    return
+                write, payload = self._queued.pop(key)
+                self._running.add(key)
+            try:
+                if self.may_write():
+                    write(payload)
+            except Exception:  # noqa: BLE001 - a failed write never stops the others
+                log.exception("a write after the binds failed")
+            finally:
+                with self._cv:
+                    self._running.discard(key)
+                    self._cv.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._queued and not self._running, timeout)
+
+    def close(self, timeout: float) -> None:
+        """Stop the workers (what is still queued is dropped); wait for them."""
+        with self._cv:
+            self._closing = True
+            self._queued.clear()
+            self._cv.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
 
 class _Gang:
+    """The binds of one group in one cycle, and what became of them."""
+
     def __init__(self, key: str, min_member: int, active_before: int) -> None:
         self.key = key
         self.min_member = min_member
         self.active_before = active_before  # members already running or binding
-        self.failed = threading.Event()
+        self.left = 0  # binds not answered yet
+        self.failed = False  # a bind (or its GPU group label) failed for good
         self.lock = threading.Lock()
+        self.decisions: list[Any] = []
         self.bound: list[str] = []
+        self.labelled: list[str] = []
+        # pod -> (outcome, error, label written): outcome bound, failed, skipped, abandoned
+        self.outcomes: dict[str, tuple[str, BaseException | None, bool]] = {}
+
+
+@dataclass(eq=False)
+class _Batch:
+    """One cycle's binds, handed over to the workers."""
+
+    seq: int
+    result: SessionResult
+    snap: CacheSnapshot
+    report: ApplyReport
+    members: dict[str, list[str]]
+    now: datetime
+    created: dict[str, datetime | None]
+    todo: deque[tuple[Any, _Gang]] = field(default_factory=deque)
+    gangs: dict[str, _Gang] = field(default_factory=dict)
+    gangs_left: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _BindQueue:
+    """Binds handed over by the cycles.  Workers take them from the cycles in flight in
+    turn, so a later cycle's few binds do not queue behind an earlier cycle's thousands."""
+
+    def __init__(self, workers: int, send: Callable[[_Batch, Any, _Gang], None]) -> None:
+        self.workers = max(1, workers)
+        self._send = send
+        self._cv = threading.Condition()
+        self._ready: deque[_Batch] = deque()
+        self._busy = 0
+        self._threads: list[threading.Thread] = []
+        self._closing = False
+
+    def put(self, batch: _Batch) -> bool:
+        """Queue a cycle's binds; False once closing."""
+        with self._cv:
+            if self._closing:
+                return False
+            self._ready.append(batch)
+            if not self._threads:
+                for i in range(self.workers):
+                    t = threading.Thread(target=self._work, name=f"kai-bind-{i}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+            self._cv.notify_all()
+            return True
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while not self._ready and not self._closing:
+                    self._cv.wait()
+                if self._closing:
+                    return
+                batch = self._ready.popleft()
+                decision, gang = batch.todo.popleft()
+                if batch.todo:
+                    self._ready.append(batch)  # round robin between the cycles
+                self._busy += 1
+            try:
+                self._send(batch, decision, gang)
+            except Exception:  # noqa: BLE001 - a worker never dies
+                log.exception("binding %s failed unexpectedly", decision.pod)
+            finally:
+                with self._cv:
+                    self._busy -= 1
+                    self._cv.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._ready and not self._busy, timeout)
+
+    def close(self, timeout: float) -> list[_Batch]:
+        """Stop the workers after the bind each one is sending; the batches left."""
+        with self._cv:
+            self._closing = True
+            left = list(self._ready)
+            self._ready.clear()
+            self._cv.notify_all()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return left
+
+
+def _merge_annotations(old: dict[str, str | None], new: dict[str, str | None]) -> dict:
+    return {**old, **new}
+
+
+# ---------------------------------------------------------------------- the binder
 
 
 class Binder:
@@ -194,9 +421,10 @@ class Binder:
         *,
         nodepool: str = "default",
         workers: int = 16,
+        write_workers: int = 8,
         attempts: int = 3,
         backoff: float = 0.2,
-        max_applying: int = 4,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.client = client
         self.cache = cache
@@ -206,15 +434,50 @@ class Binder:
         self.attempts = attempts
         self.backoff = backoff
         self.workers = workers
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kai-write")
-        self._lock = threading.Lock()
-        self._appliers: set[threading.Thread] = set()
-        self._slots = threading.BoundedSemaphore(max_applying)
+        # False once the lease is lost: nothing more is sent, queued binds are dropped.
+        self.may_write = may_write
+        self._binds = _BindQueue(workers, self._send)
+        self._writes = _WriteQueue(write_workers, may_write, "kai-bind-write")
+        self._evict_pool: ThreadPoolExecutor | None = None
+        # Taken around every change of a pod's assumption in the cache, so that a write's
+        # answer never replaces a pod that a cycle has just handed over.
+        self._assume_lock = threading.Lock()
+        self._in_flight: dict[str, str] = {}  # pod -> node, from hand-off to its outcome
+        self._sending = 0  # binds handed over and not answered yet
+        self._batches = itertools.count(1)
+
+    @property
+    def binds_in_flight(self) -> int:
+        with self._assume_lock:
+            return self._sending
+
+    def _count_sending(self, delta: int) -> None:
+        with self._assume_lock:
+            self._sending += delta
+            self.metrics.binds_in_flight.set(self._sending)
+
+    # ------------------------------------------------------------------ lifecycle
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until every bind handed over and every write after it is done."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        # Binds queue writes: once both are idle in that order, nothing is left.
+        return self._binds.wait_idle(left()) and self._writes.wait_idle(left())
 
     def close(self, timeout: float = 30.0) -> None:
+        """Let the binds in flight finish (``timeout`` at most), then stop the workers."""
         if not self.wait_idle(timeout):
-            log.warning("binds still in flight after %.0fs at shutdown", timeout)
-        self.pool.shutdown(wait=True)
+            log.warning(
+                "%d bind(s) still in flight after %.0fs at shutdown", self.binds_in_flight, timeout
+            )
+        for batch in self._binds.close(5.0):
+            batch.done.set()
+        self._writes.close(5.0)
+        if self._evict_pool is not None:
+            self._evict_pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ entry point
     def apply(
@@ -225,86 +488,86 @@ class Binder:
         *,
         wait: bool = True,
     ) -> ApplyReport:
-        """Write a session's decisions.  Evictions are sent at once; the binds and what
-        follows them (gang rollback, PodGroup status, conditions, events) run in the
-        background unless ``wait``: the pods count as bound in the cache from now on, so
-        the next cycle neither waits for thousands of binds nor decides on them again."""
+        """Write a session's decisions.  Evictions are sent at once; the binds are handed
+        to the workers, and the pods count as bound in the cache from now on, so the next
+        cycle neither waits for them nor decides on them again.  What depends on a
+        group's binds (its rollback, last-start annotation, status) is written once they
+        are answered; the rest is queued.  ``wait``: return once all of it is done (one
+        cycle on its own); otherwise the report fills in as the workers go."""
         now = now or datetime.now(timezone.utc)
         report = ApplyReport()
         members: dict[str, list[str]] = defaultdict(list)
         for pod, raw in snap.pods.items():
             members[group_of(pod, raw)].append(pod)
         self._evict(result, snap, report, now)
-        if self.cache is not None:
+        batch = _Batch(
+            next(self._batches),
+            result,
+            snap,
+            report,
+            members,
+            now,
+            {p.key: p.creation_timestamp for p in snap.objects.pods},
+        )
+        self._hand_over(batch)
+        self._queue_writes(batch)
+        if not batch.gangs:
+            self._batch_done(batch)
+        elif not self._binds.put(batch):
+            log.warning("shutting down: %d bind(s) not sent", len(batch.todo))
+            self._batch_done(batch)
+        if wait:
+            batch.done.wait()
+            self._writes.wait_idle(None)
+        return report
+
+    def _hand_over(self, batch: _Batch) -> None:
+        """Assume the cycle's binds in the cache and group them by gang."""
+        result, snap = batch.result, batch.snap
+        binds = []
+        with self._assume_lock:
             for d in result.decisions:
-                if d.type == "bind" and d.node:
+                if d.type != "bind" or not d.node:
+                    continue
+                if d.pod in self._in_flight:
+                    # The cache shows it bound: the engine never asks this twice.
+                    log.error("not binding %s again: its bind is in flight", d.pod)
+                    continue
+                self._in_flight[d.pod] = d.node
+                binds.append(d)
+                if self.cache is not None:
                     ns, _, name = d.pod.partition("/")
                     self.cache.assume_bound(ns, name, d.node)
-        if wait:
-            self._finish(result, snap, report, members, now)
-            return report
-        self._slots.acquire()  # back-pressure: a few cycles' binds at most in flight
-        worker = threading.Thread(
-            target=self._finish_in_background,
-            args=(result, snap, report, members, now),
-            name="kai-apply",
-            daemon=True,
-        )
-        with self._lock:
-            self._appliers.add(worker)
-        worker.start()
-        return report
-
-    def _finish_in_background(self, *args: Any) -> None:
-        try:
-            report = self._finish(*args)
-            if report.bound or report.bind_failed or report.evicted or report.pipelined:
-                log.info("applied: %s", report.summary())
-        except Exception:  # noqa: BLE001 - a failed write never stops the scheduler
-            log.exception("applying a cycle's decisions failed")
-        finally:
-            with self._lock:
-                self._appliers.discard(threading.current_thread())
-            self._slots.release()
-
-    def _finish(
-        self,
-        result: SessionResult,
-        snap: CacheSnapshot,
-        report: ApplyReport,
-        members: dict[str, list[str]],
-        now: datetime,
-    ) -> ApplyReport:
-        rolled = self._bind(result, snap, report, members)
-        for d in result.decisions:
-            if d.type == "pipeline":
-                report.pipelined.append(d.pod)
-                pipelined = snap.pods.get(d.pod)
-                if pipelined is not None:
-                    msg = f"pipelined to node {d.node}, waiting for resources being released"
-                    report.events += self.events.emit(_ref(pipelined), "Pipelined", msg)
-        self._count_groups(result, snap, rolled)
-        self._patch_groups(result, snap, report, rolled, now)
-        self._pod_conditions(result, snap, report, rolled, members, now)
-        self._group_events(result, snap, report, rolled, members)
-        if self.cache is not None:
-            self.metrics.binds_in_flight.set(self.cache.binds_in_flight)
-        return report
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait for the binds in flight (at shutdown); False if some are still running."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                running = list(self._appliers)
-            if not running:
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            running[0].join(left)
+                    if d.gpu_groups:
+                        # The device group is part of the placement the next cycle sees.
+                        self.cache.assume("Pod", ns, name, _mark_gpu_group(d.gpu_groups[0]))
+        if not binds:
+            return
+        min_members = {f"{g.namespace}/{g.name}": g.min_member for g in snap.objects.pod_groups}
+        for d in binds:
+            key = group_of(d.pod, snap.pods.get(d.pod))
+            gang = batch.gangs.get(key)
+            if gang is None:
+                active = sum(
+                    1
+                    for p in batch.members.get(key, ())
+                    if (res := result.pods.get(p)) is not None and res.status == "Running"
+                )
+                gang = batch.gangs[key] = _Gang(key, min_members.get(key) or 1, active)
+            gang.decisions.append(d)
+            gang.left += 1
+            batch.todo.append((d, gang))
+        batch.gangs_left = len(batch.gangs)
+        self._count_sending(len(binds))
 
     # ------------------------------------------------------------------ evictions
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._evict_pool is None:
+            self._evict_pool = ThreadPoolExecutor(
+                max_workers=self.workers, thread_name_prefix="kai-bind-evict"
+            )
+        return self._evict_pool
+
     def _evict(
         self, result: SessionResult, snap: CacheSnapshot, report: ApplyReport, now: datetime
     ) -> None:
@@ -319,6 +582,8 @@ class Binder:
                 log.error("not evicting %s: %s", d.pod, why_not)
                 continue
             evicts.append(d)
+        if not evicts:
+            return
 
         def one(d: Any) -> tuple[Any, BaseException | None]:
             ns, _, name = d.pod.partition("/")
@@ -329,7 +594,7 @@ class Binder:
                 return d, err
 
         evicted_groups: set[str] = set()
-        for d, err in self.pool.map(one, evicts):
+        for d, err in self._pool().map(one, evicts):
             raw = snap.pods.get(d.pod)
             group = group_of(d.pod, raw)
             if err is not None:
@@ -351,101 +616,69 @@ class Binder:
                 self.cache.assume("Pod", ns, name, _mark_deleting(now))
             if raw is not None:
                 msg = f"evicted by {d.action}" + (f": {d.reason}" if d.reason else "")
-                report.events += self.events.emit(_ref(raw), "Evicted", msg, "Normal")
+                self._queue_event(report, _ref(raw), "Evicted", msg, "Normal")
         # The victim's PodGroup remembers when it was last evicted (preemption delay).
         for group in sorted(evicted_groups):
             if group in snap.pod_groups:
-                self._patch_annotations(group, {LAST_EVICTION_ANNOTATION: _rfc3339(now)}, report)
+                self._queue_annotations(group, {LAST_EVICTION_ANNOTATION: _rfc3339(now)}, report)
 
     # ------------------------------------------------------------------ binds
-    def _bind(
-        self,
-        result: SessionResult,
-        snap: CacheSnapshot,
-        report: ApplyReport,
-        members: dict[str, list[str]],
-    ) -> set[str]:
-        binds = [d for d in result.decisions if d.type == "bind"]
-        if not binds:
-            return set()
-        by_group: dict[str, list[Any]] = defaultdict(list)
-        for d in binds:
-            by_group[group_of(d.pod, snap.pods.get(d.pod))].append(d)
-        min_members = {f"{g.namespace}/{g.name}": g.min_member for g in snap.objects.pod_groups}
-        gangs = {}
-        for key in by_group:
-            active = sum(
-                1
-                for p in members.get(key, ())
-                if result.pods.get(p) is not None and result.pods[p].status == "Running"
-            )
-            gangs[key] = _Gang(key, min_members.get(key) or 1, active)
-
-        created = {p.key: p.creation_timestamp for p in snap.objects.pods}
-        labelled_pods: list[str] = []
-        labelled_lock = threading.Lock()
-
-        def one(d: Any) -> tuple[Any, str, BaseException | None]:
-            gang = gangs[group_of(d.pod, snap.pods.get(d.pod))]
-            # A gang that already failed skips its remaining binds.
-            if gang.failed.is_set() and gang.min_member > 1:
-                return d, "skipped", None
-            ns, _, name = d.pod.partition("/")
-            raw = snap.pods.get(d.pod) or {}
-            uid = (raw.get("metadata") or {}).get("uid")
-            if d.gpu_groups:
-                # The device group first: without it the next cycle would not know which
-                # shared GPU the pod is on.  No label, no bind.
-                try:
-                    labelled = self._label_gpu_group(ns, name, raw, d.gpu_groups[0])
-                except Exception as err:  # noqa: BLE001 - reported per pod
-                    gang.failed.set()
-                    return d, "failed", RuntimeError(f"labelling its GPU group failed: {err}")
-                if labelled:
-                    with labelled_lock:
-                        labelled_pods.append(d.pod)
-            if (created_at := created.get(d.pod)) is not None:
-                waited = (datetime.now(timezone.utc) - created_at).total_seconds()
-                self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
-            start = time.perf_counter()
-            try:
-                with_retries(
-                    lambda: self.client.bind(ns, name, d.node, uid), self.attempts, self.backoff
-                )
-            except Exception as err:  # noqa: BLE001 - reported per pod
-                gang.failed.set()
-                return d, "failed", err
-            finally:
-                self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
-            with gang.lock:
-                gang.bound.append(d.pod)
-            return d, "bound", None
-
-        # Each cycle binds on workers of its own: a few binds of a later cycle do not
-        # queue behind thousands of an earlier one.
-        with ThreadPoolExecutor(
-            max_workers=max(1, min(self.workers, len(binds))), thread_name_prefix="kai-bind"
-        ) as pool:
-            outcomes = list(pool.map(one, binds))
-        for d, outcome, err in outcomes:
+    def _send(self, batch: _Batch, d: Any, gang: _Gang) -> None:
+        """One bind, on a worker; the last of its gang finishes the gang."""
+        outcome, err, labelled = self._bind_one(batch, d, gang)
+        with gang.lock:
+            gang.outcomes[d.pod] = (outcome, err, labelled)
             if outcome == "bound":
-                report.bound.append(d.pod)
-                continue
-            if self.cache is not None:
-                ns, _, name = d.pod.partition("/")
-                self.cache.forget_bound(ns, name)
-            if outcome == "skipped":
-                report.skipped.append(d.pod)
-            else:
-                report.bind_failed[d.pod] = str(err)
-                self.metrics.bind_failures.inc()
-                log.warning("binding %s to %s failed: %s", d.pod, d.node, err)
-        report.labelled.extend(sorted(labelled_pods))
-        return self._rollback(gangs, snap, report)
+                gang.bound.append(d.pod)
+            elif outcome == "failed":
+                gang.failed = True
+            if labelled:
+                gang.labelled.append(d.pod)
+            gang.left -= 1
+            last = gang.left == 0
+        self._count_sending(-1)
+        if last:
+            self._finish_gang(batch, gang)
+
+    def _bind_one(
+        self, batch: _Batch, d: Any, gang: _Gang
+    ) -> tuple[str, BaseException | None, bool]:
+        # A gang that already failed skips its remaining binds.
+        if gang.failed and gang.min_member > 1:
+            return "skipped", None, False
+        if not self.may_write():
+            return "abandoned", None, False
+        ns, _, name = d.pod.partition("/")
+        raw = batch.snap.pods.get(d.pod) or {}
+        uid = (raw.get("metadata") or {}).get("uid")
+        labelled = False
+        if d.gpu_groups:
+            # The device group first: without it the next cycle would not know which
+            # shared GPU the pod is on.  No label, no bind.
+            try:
+                labelled = self._label_gpu_group(ns, name, raw, d.gpu_groups[0])
+            except Exception as err:  # noqa: BLE001 - reported per pod
+                return "failed", RuntimeError(f"labelling its GPU group failed: {err}"), False
+        if (created_at := batch.created.get(d.pod)) is not None:
+            waited = (datetime.now(timezone.utc) - created_at).total_seconds()
+            self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
+        start = time.perf_counter()
+        try:
+            with_retries(
+                lambda: self.client.bind(ns, name, d.node, uid), self.attempts, self.backoff
+            )
+        except Exception as err:  # noqa: BLE001 - reported per pod
+            # A retry after a bind that went through but whose answer was lost.
+            if _assigned_node(err) != d.node:
+                return "failed", err, labelled
+        finally:
+            self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
+        return "bound", None, labelled
 
     def _label_gpu_group(self, ns: str, name: str, raw: dict, group: str) -> bool:
         """Record a shared-GPU pod's device group on the pod (label ``runai-gpu-group``,
-        annotation ``received-resource-type: Fraction``); False when it is there already."""
+        annotation ``received-resource-type: Fraction``); False when it is there already.
+        The cache has it from the hand-off, and the watch brings the pod back."""
         meta = raw.get("metadata") or {}
         labels = meta.get("labels") or {}
         annotations = meta.get("annotations") or {}
@@ -460,79 +693,257 @@ class Binder:
                 "annotations": {RECEIVED_RESOURCE_TYPE_ANNOTATION: RECEIVED_TYPE_FRACTION},
             }
         }
-        updated = with_retries(
-            lambda: self.client.patch_pod(ns, name, patch), self.attempts, self.backoff
-        )
-        if self.cache is not None and isinstance(updated, dict):
-            self.cache.observe_write("Pod", updated)
+        with_retries(lambda: self.client.patch_pod(ns, name, patch), self.attempts, self.backoff)
         return True
 
-    def _rollback(
-        self, gangs: dict[str, _Gang], snap: CacheSnapshot, report: ApplyReport
-    ) -> set[str]:
-        now = datetime.now(timezone.utc)
-        rolled: set[str] = set()
-        for key, gang in gangs.items():
-            if not gang.failed.is_set():
-                continue
-            if gang.active_before + len(gang.bound) >= gang.min_member:
-                continue  # the gang is complete without the failed pod (elastic extra)
-            rolled.add(key)
-            report.rollback_groups.append(key)
-            self.metrics.gang_rollbacks.inc()
-            kept = []
-            for pod in gang.bound:
-                raw = snap.pods.get(pod) or {}
-                ns, _, name = pod.partition("/")
-                if not _controller_owned(raw):
-                    kept.append(pod)
-                    continue
-                try:
-                    with_retries(
-                        functools.partial(self.client.delete_pod, ns, name),
-                        self.attempts,
-                        self.backoff,
-                    )
-                    report.rolled_back.append(pod)
-                    if self.cache is not None:
-                        self.cache.assume("Pod", ns, name, _mark_deleting(now))
-                except Exception as err:  # noqa: BLE001
-                    if status_of(err) == 404:
-                        report.rolled_back.append(pod)
-                    else:
-                        kept.append(pod)
-                        log.warning("rolling back %s failed: %s", pod, err)
-            failed = sorted(p for p in report.bind_failed if group_of(p, snap.pods.get(p)) == key)
-            msg = (
-                f"binding {', '.join(failed)} failed; the gang needs {gang.min_member} pods, "
-                f"so its binds of this cycle were rolled back"
+    def _finish_gang(self, batch: _Batch, gang: _Gang) -> None:
+        """Every bind of a gang answered: roll back an incomplete gang, drop the
+        assumptions that did not hold, record the outcome and queue the group's writes."""
+        snap, report = batch.snap, batch.report
+        failed = {p: e for p, (o, e, _) in gang.outcomes.items() if o == "failed"}
+        abandoned = sorted(p for p, (o, _, _) in gang.outcomes.items() if o == "abandoned")
+        rolled = False
+        rolled_back: list[str] = []
+        if gang.failed and gang.active_before + len(gang.bound) < gang.min_member:
+            if self.may_write():
+                rolled = True
+                rolled_back = self._rollback(gang, snap, report, sorted(failed))
+            else:
+                log.warning("pod group %s: not rolled back, the lease is lost", gang.key)
+        if abandoned:
+            log.warning("lost the lease: %d bind(s) of %s not sent", len(abandoned), gang.key)
+        not_bound = [d for d in gang.decisions if gang.outcomes[d.pod][0] != "bound"]
+        for d in not_bound:
+            self._forget(batch, d, gang.outcomes[d.pod][2])
+        with self._assume_lock:
+            for d in gang.decisions:
+                self._in_flight.pop(d.pod, None)
+        for pod, err in failed.items():
+            self.metrics.bind_failures.inc()
+            log.warning("binding %s to %s failed: %s", pod, self._node_of(gang, pod), err)
+        with report.lock:
+            report.bound.extend(gang.bound)
+            report.labelled.extend(gang.labelled)
+            report.bind_failed.update({p: str(e) for p, e in failed.items()})
+            report.skipped.extend(
+                p for p, (o, _, _) in gang.outcomes.items() if o in ("skipped", "abandoned")
             )
-            if kept:
-                msg += f" ({', '.join(kept)} stay bound: no controller would recreate them)"
-            log.warning("pod group %s: %s", key, msg)
-            involved = snap.pod_groups.get(key) or snap.pods.get(failed[0] if failed else "")
-            if involved:
-                report.events += self.events.emit(_ref(involved), "BindFailed", msg, "Warning")
-        return rolled
+            report.rolled_back.extend(rolled_back)
+            if rolled:
+                report.rollback_groups.append(gang.key)
+        if gang.bound and not rolled:
+            actions = {d.action for d in gang.decisions}
+            for action in actions:
+                self.metrics.podgroups_scheduled.labels(action).inc()
+            if "preempt" in actions:
+                self.metrics.preemption_attempts.inc()
+        g = batch.result.pod_groups.get(gang.key)
+        if g is not None and self.may_write():
+            # Only add: a later cycle may have queued newer writes of this group already.
+            writes, _ = self._group_writes(
+                batch, gang.key, g, rolled=rolled, started=bool(gang.bound) and not rolled
+            )
+            self._writes.put_many(writes)
+        with batch.lock:
+            batch.gangs_left -= 1
+            finished = batch.gangs_left == 0
+        if finished:
+            self._batch_done(batch)
 
-    # ------------------------------------------------------------------ PodGroups
-    def _count_groups(self, result: SessionResult, snap: CacheSnapshot, rolled: set[str]) -> None:
+    @staticmethod
+    def _node_of(gang: _Gang, pod: str) -> str:
+        return next((d.node for d in gang.decisions if d.pod == pod), "")
+
+    def _forget(self, batch: _Batch, d: Any, labelled: bool) -> None:
+        """A bind that did not happen: the pod is pending again in the cache."""
+        if self.cache is None:
+            return
+        ns, _, name = d.pod.partition("/")
+        raw = batch.snap.pods.get(d.pod) or {}
+        with self._assume_lock:
+            self.cache.forget_bound(ns, name)
+            # What the hand-off assumed beyond the node (the GPU group) goes too, unless
+            # the label was written.
+            self.cache.assume("Pod", ns, name, _unmark_bound(d.node, None if labelled else raw))
+
+    def _rollback(
+        self, gang: _Gang, snap: CacheSnapshot, report: ApplyReport, failed: list[str]
+    ) -> list[str]:
+        """Delete the gang's members bound in this cycle (a pod cannot be unbound); a
+        member no controller would recreate is left and reported."""
+        self.metrics.gang_rollbacks.inc()
+        now = datetime.now(timezone.utc)
+        rolled_back: list[str] = []
+        kept: list[str] = []
+        for pod in sorted(gang.bound):
+            raw = snap.pods.get(pod) or {}
+            ns, _, name = pod.partition("/")
+            if not _controller_owned(raw):
+                kept.append(pod)
+                continue
+            try:
+                with_retries(
+                    functools.partial(self.client.delete_pod, ns, name),
+                    self.attempts,
+                    self.backoff,
+                )
+            except Exception as err:  # noqa: BLE001
+                if status_of(err) != 404:
+                    kept.append(pod)
+                    log.warning("rolling back %s failed: %s", pod, err)
+                    continue
+            rolled_back.append(pod)
+            if self.cache is not None:
+                self.cache.assume("Pod", ns, name, _mark_deleting(now))
+        msg = (
+            f"binding {', '.join(failed)} failed; the gang needs {gang.min_member} pods, "
+            f"so its binds of this cycle were rolled back"
+        )
+        if kept:
+            msg += f" ({', '.join(kept)} stay bound: no controller would recreate them)"
+        log.warning("pod group %s: %s", gang.key, msg)
+        involved = snap.pod_groups.get(gang.key) or snap.pods.get(failed[0] if failed else "")
+        if involved:
+            self._queue_event(report, _ref(involved), "BindFailed", msg, "Warning")
+        return rolled_back
+
+    def _batch_done(self, batch: _Batch) -> None:
+        report = batch.report
+        with report.lock:
+            for names in (report.bound, report.skipped, report.rolled_back, report.labelled):
+                names.sort()
+            report.rollback_groups.sort()
+        if report.bound or report.bind_failed or report.skipped:
+            log.info("binds of cycle batch %d: %s", batch.seq, report.summary())
+        batch.done.set()
+
+    # ------------------------------------------------------------------ writes
+    def _queue_writes(self, batch: _Batch) -> None:
+        """Queue what does not wait for binds: pipelined pods' events, metrics, and the
+        writes of every group with no bind in this cycle."""
+        result, snap, report = batch.result, batch.snap, batch.report
         acted: dict[str, set[str]] = defaultdict(set)
-        placed: dict[str, set[str]] = defaultdict(set)
+        pipelined: dict[str, set[str]] = defaultdict(set)
         for d in result.decisions:
             g = group_of(d.pod, snap.pods.get(d.pod))
             acted[d.action].add(g)
-            if d.type in ("bind", "pipeline") and g not in rolled:
-                placed[d.action].add(g)
-        for action, groups in acted.items():
-            self.metrics.podgroups_acted_on.labels(action).inc(len(groups))
-        for action, groups in placed.items():
-            self.metrics.podgroups_scheduled.labels(action).inc(len(groups))
+            if d.type == "pipeline":
+                pipelined[d.action].add(g)
+                report.pipelined.append(d.pod)
+                raw = snap.pods.get(d.pod)
+                if raw is not None:
+                    msg = f"pipelined to node {d.node}, waiting for resources being released"
+                    self._queue_event(report, _ref(raw), "Pipelined", msg)
+        for action, acted_groups in acted.items():
+            self.metrics.podgroups_acted_on.labels(action).inc(len(acted_groups))
+        for action, placed_groups in pipelined.items():
+            self.metrics.podgroups_scheduled.labels(action).inc(len(placed_groups))
             if action == "preempt":
-                self.metrics.preemption_attempts.inc(len(groups))
+                self.metrics.preemption_attempts.inc(len(placed_groups))
+        if not self.may_write():
+            return
+        writes: list[Any] = []
+        cancels: list[WriteKey] = []
+        for key, group in result.pod_groups.items():
+            if key not in batch.gangs:
+                w, c = self._group_writes(batch, key, group, rolled=False, started=False)
+                writes.extend(w)
+                cancels.extend(c)
+        # The pods handed over are pending no more.
+        cancels.extend(
+            ("condition", d.pod) for gang in batch.gangs.values() for d in gang.decisions
+        )
+        self._writes.put_many(writes, cancels)
 
-    def _patch_annotations(
+    def _group_writes(
+        self, batch: _Batch, key: str, g: Any, *, rolled: bool, started: bool
+    ) -> tuple[list[Any], list[WriteKey]]:
+        """One group's writes (annotations, status, its pending pods' PodScheduled
+        condition, the event that says why it waits), and the queued writes it no longer
+        needs.  ``started``: its binds of this cycle went through."""
+        snap, report, now = batch.snap, batch.report, batch.now
+        writes: list[Any] = []
+        cancels: list[WriteKey] = []
+        raw = snap.pod_groups.get(key)
+        message = _pending_message(g, rolled)
+        if raw is not None:
+            current = (raw.get("metadata") or {}).get("annotations") or {}
+            wanted: dict[str, str | None] = {}
+            for ann, value in g.annotations.items():
+                # Only a group whose binds went through really started.
+                if ann == LAST_START_ANNOTATION and not started:
+                    continue
+                if current.get(ann) != value:
+                    wanted[ann] = value
+            if STALE_ANNOTATION in current and g.scheduled and STALE_ANNOTATION not in wanted:
+                if not g.annotations.get(STALE_ANNOTATION):
+                    wanted[STALE_ANNOTATION] = None  # the gang recovered: clear the mark
+            if wanted:
+                write = functools.partial(self._write_annotations, key, report)
+                writes.append((("annotations", key), write, wanted, _merge_annotations))
+            patch = self._status_patch(g, raw, message, now)
+            if patch:
+                write = functools.partial(self._write_status, key, report)
+                writes.append((("status", key), write, patch, None))
+            else:
+                cancels.append(("status", key))
+        gang = batch.gangs.get(key)
+        for pod in batch.members.get(key, ()):
+            condition = None
+            if message is not None:
+                res = batch.result.pods.get(pod)
+                pending = res is not None and res.status == "Pending"
+                outcome = gang.outcomes.get(pod) if gang is not None else None
+                placed = outcome is not None and (outcome[0] == "bound")
+                if not placed and (pending or outcome is not None):
+                    pod_raw = snap.pods.get(pod) or {}
+                    # A gated pod's condition is the API server's (SchedulingGated).
+                    if not (pod_raw.get("spec") or {}).get("schedulingGates"):
+                        condition = _scheduled_condition(pod_raw, message, now)
+            if condition is not None:
+                write = functools.partial(self._write_condition, pod, report)
+                writes.append((("condition", pod), write, condition, None))
+            else:
+                cancels.append(("condition", pod))
+        if message is not None:
+            if raw is not None:
+                self._queue_event(report, _ref(raw), "Unschedulable", message, "Warning")
+            else:
+                # No PodGroup object: tell the pending pods themselves.
+                for pod in batch.members.get(key, ()):
+                    res = batch.result.pods.get(pod)
+                    if res is not None and res.status == "Pending":
+                        self._queue_event(
+                            report, _ref(snap.pods[pod]), "Unschedulable", message, "Warning"
+                        )
+        return writes, cancels
+
+    def _queue_event(
+        self, report: ApplyReport, involved: dict, reason: str, message: str, type_: str = "Normal"
+    ) -> None:
+        # Repeats are dropped here, before they take a place in the queue.
+        if not self.events.should_send(involved, reason, message):
+            return
+        key = (
+            "event",
+            involved.get("kind"),
+            involved.get("namespace"),
+            involved.get("name"),
+            reason,
+        )
+        self._writes.put(
+            key,
+            lambda _: report.add_event(self.events.send(involved, reason, message, type_)),
+        )
+
+    def _queue_annotations(
         self, group: str, wanted: dict[str, str | None], report: ApplyReport
+    ) -> None:
+        write = functools.partial(self._write_annotations, group, report)
+        self._writes.put(("annotations", group), write, wanted, _merge_annotations)
+
+    def _write_annotations(
+        self, group: str, report: ApplyReport, wanted: dict[str, str | None]
     ) -> None:
         ns, _, name = group.partition("/")
         try:
@@ -546,52 +957,15 @@ class Binder:
         except Exception as err:  # noqa: BLE001
             log.warning("patching PodGroup %s annotations failed: %s", group, err)
             return
-        report.patched_groups.append(group)
+        with report.lock:
+            if group not in report.patched_groups:
+                report.patched_groups.append(group)
         if self.cache is not None and isinstance(updated, dict):
             self.cache.observe_write(POD_GROUP.name, updated)
 
-    def _patch_groups(
-        self,
-        result: SessionResult,
-        snap: CacheSnapshot,
-        report: ApplyReport,
-        rolled: set[str],
-        now: datetime,
-    ) -> None:
-        bound_groups = {group_of(p, snap.pods.get(p)) for p in report.bound}
-
-        def one(item: tuple[str, Any]) -> None:
-            key, g = item
-            raw = snap.pod_groups.get(key)
-            if raw is None:
-                return  # a single pod or a missing PodGroup: nothing to patch
-            current = (raw.get("metadata") or {}).get("annotations") or {}
-            wanted: dict[str, str | None] = {}
-            for ann, value in g.annotations.items():
-                # Only a group whose binds went through really started.
-                if ann == LAST_START_ANNOTATION and (key in rolled or key not in bound_groups):
-                    continue
-                if current.get(ann) != value:
-                    wanted[ann] = value
-            if STALE_ANNOTATION in current and g.scheduled and STALE_ANNOTATION not in wanted:
-                if not g.annotations.get(STALE_ANNOTATION):
-                    wanted[STALE_ANNOTATION] = None  # the gang recovered: clear the mark
-            if wanted:
-                self._patch_annotations(key, wanted, report)
-            self._patch_status(key, g, raw, report, rolled, now)
-
-        # Many pending groups mean many writes: run them on the pool.
-        list(self.pool.map(one, result.pod_groups.items()))
-
-    def _patch_status(
-        self,
-        key: str,
-        g: Any,
-        raw: dict,
-        report: ApplyReport,
-        rolled: set[str],
-        now: datetime,
-    ) -> None:
+    def _status_patch(self, g: Any, raw: dict, message: str | None, now: datetime) -> dict:
+        """The fields of a PodGroup's status to write: the session's, and this node
+        pool's Unschedulable condition (written, changed, or dropped once scheduled)."""
         status = raw.get("status") or {}
         patch: dict[str, Any] = {}
         for field_name, value in (g.status or {}).items():
@@ -604,7 +978,6 @@ class Binder:
             if c.get("type") == UNSCHEDULABLE_CONDITION and c.get("nodePool") == self.nodepool
         ]
         others = [c for c in conditions if c not in ours]
-        message = _pending_message(g, key in rolled)
         if message is not None:
             if not ours or ours[0].get("message") != message:
                 ids = [
@@ -624,8 +997,9 @@ class Binder:
                 patch["schedulingConditions"] = [*others, cond]
         elif ours and g.scheduled:
             patch["schedulingConditions"] = others  # scheduled now: the condition is stale
-        if not patch:
-            return
+        return patch
+
+    def _write_status(self, key: str, report: ApplyReport, patch: dict) -> None:
         ns, _, name = key.partition("/")
         try:
             updated = with_retries(
@@ -636,85 +1010,43 @@ class Binder:
         except Exception as err:  # noqa: BLE001
             log.warning("patching PodGroup %s status failed: %s", key, err)
             return
-        if key not in report.patched_groups:
-            report.patched_groups.append(key)
+        with report.lock:
+            if key not in report.patched_groups:
+                report.patched_groups.append(key)
         if self.cache is not None and isinstance(updated, dict):
             self.cache.observe_write(POD_GROUP.name, updated)
 
-    def _pod_conditions(
-        self,
-        result: SessionResult,
-        snap: CacheSnapshot,
-        report: ApplyReport,
-        rolled: set[str],
-        members: dict[str, list[str]],
-        now: datetime,
-    ) -> None:
-        """``PodScheduled=False`` (reason ``Unschedulable``, the group's reason) on the
-        pending pods of each group that waits, written only when it changed."""
-        placed = set(report.bound) | set(report.rolled_back)
-        todo: list[tuple[str, dict]] = []
-        for key, g in result.pod_groups.items():
-            message = _pending_message(g, key in rolled)
-            if message is None:
-                continue
-            for pod in members.get(key, ()):
-                res = result.pods.get(pod)
-                pending = res is not None and res.status == "Pending"
-                failed = pod in report.bind_failed or pod in report.skipped
-                if pod in placed or not (pending or failed):
-                    continue
-                raw = snap.pods.get(pod) or {}
-                if (raw.get("spec") or {}).get("schedulingGates"):
-                    continue  # the API server says SchedulingGated; not ours to change
-                condition = _scheduled_condition(raw, message, now)
-                if condition is not None:
-                    todo.append((pod, condition))
-
-        def one(item: tuple[str, dict]) -> None:
-            pod, condition = item
-            ns, _, name = pod.partition("/")
-            try:
-                updated = with_retries(
-                    lambda: self.client.patch_pod_status(ns, name, {"conditions": [condition]}),
-                    self.attempts,
-                    self.backoff,
-                )
-            except Exception as err:  # noqa: BLE001 - best effort, the next cycle retries
-                log.warning("patching the PodScheduled condition of %s failed: %s", pod, err)
-                return
+    def _write_condition(self, pod: str, report: ApplyReport, condition: dict) -> None:
+        """``PodScheduled=False`` (reason ``Unschedulable``, the group's reason) on a
+        pending pod."""
+        ns, _, name = pod.partition("/")
+        try:
+            updated = with_retries(
+                lambda: self.client.patch_pod_status(ns, name, {"conditions": [condition]}),
+                self.attempts,
+                self.backoff,
+            )
+        except Exception as err:  # noqa: BLE001 - best effort, the next cycle retries
+            log.warning("patching the PodScheduled condition of %s failed: %s", pod, err)
+            return
+        with report.lock:
             report.pod_conditions.append(pod)
-            if self.cache is not None and isinstance(updated, dict):
-                self.cache.observe_write("Pod", updated)
+            report.pod_conditions.sort()
+        if self.cache is not None and isinstance(updated, dict):
+            self._observe_pod(ns, name, updated)
 
-        list(self.pool.map(one, todo))
-        report.pod_conditions.sort()
-
-    def _group_events(
-        self,
-        result: SessionResult,
-        snap: CacheSnapshot,
-        report: ApplyReport,
-        rolled: set[str],
-        members: dict[str, list[str]],
-    ) -> None:
-        todo: list[tuple[dict, str]] = []
-        for key, g in result.pod_groups.items():
-            message = _pending_message(g, key in rolled)
-            if message is None:
-                continue
-            raw = snap.pod_groups.get(key)
-            if raw is not None:
-                todo.append((_ref(raw), message))
-                continue
-            # No PodGroup object: tell the pending pods themselves.
-            for pod in members.get(key, ()):
-                if result.pods.get(pod) is not None and result.pods[pod].status == "Pending":
-                    todo.append((_ref(snap.pods[pod]), message))
-        sent = self.pool.map(
-            lambda it: self.events.emit(it[0], "Unschedulable", it[1], "Warning"), todo
-        )
-        report.events += sum(1 for ok in sent if ok)
+    def _observe_pod(self, ns: str, name: str, updated: dict) -> None:
+        """Store a pod a write returned, unless the cache counts it bound and the answer
+        does not (a cycle handed it over meanwhile, or the watch has not yet brought the
+        bind): that would make the next cycle decide on it again."""
+        assert self.cache is not None
+        with self._assume_lock:
+            cached = self.cache.get("Pod", ns, name)
+            if (cached or {}).get("spec", {}).get("nodeName") and not (
+                updated.get("spec") or {}
+            ).get("nodeName"):
+                return
+            self.cache.observe_write("Pod", updated)
 
 
 def _pending_message(g: Any, rolled_back: bool) -> str | None:
@@ -779,3 +1111,60 @@ def _mark_deleting(now: datetime) -> Callable[[dict], bool]:
         return True
 
     return mutate
+
+
+def _mark_gpu_group(group: str) -> Callable[[dict], bool]:
+    """The device group a shared-GPU pod is handed over with, as the label will say."""
+
+    def mutate(raw: dict) -> bool:
+        meta = raw.setdefault("metadata", {})
+        meta["labels"] = {**(meta.get("labels") or {}), GPU_GROUP_LABEL: group}
+        meta["annotations"] = {
+            **(meta.get("annotations") or {}),
+            RECEIVED_RESOURCE_TYPE_ANNOTATION: RECEIVED_TYPE_FRACTION,
+        }
+        return True
+
+    return mutate
+
+
+def _unmark_bound(node: str, before: dict | None) -> Callable[[dict], bool]:
+    """Undo a hand-off's assumption: no node, and (``before``: the pod as the cycle saw
+    it) no device group that was never written."""
+
+    def mutate(raw: dict) -> bool:
+        changed = False
+        spec = raw.setdefault("spec", {})
+        if spec.get("nodeName") == node:
+            del spec["nodeName"]
+            changed = True
+        if before is not None:
+            meta = raw.setdefault("metadata", {})
+            old = before.get("metadata") or {}
+            for field_name, key in (
+                ("labels", GPU_GROUP_LABEL),
+                ("annotations", RECEIVED_RESOURCE_TYPE_ANNOTATION),
+            ):
+                values = dict(meta.get(field_name) or {})
+                was = (old.get(field_name) or {}).get(key)
+                if values.get(key) != was:
+                    if was is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = was
+                    meta[field_name] = values
+                    changed = True
+        return changed
+
+    return mutate
+
+
+_ASSIGNED = re.compile(r'already assigned to node "([^"]*)"')
+
+
+def _assigned_node(err: BaseException) -> str | None:
+    """The node a 409 Conflict of a bind says the pod is on already, if it says."""
+    if status_of(err) != 409:
+        return None
+    match = _ASSIGNED.search(str(getattr(err, "body", "") or ""))
+    return match.group(1) if match else None

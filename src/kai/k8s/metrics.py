@@ -109,7 +109,7 @@ class SchedulerMetrics:
         )
         self.binds_in_flight = Gauge(
             "binds_in_flight",
-            "Pods handed to the binder and not yet seen bound",
+            "Binds handed to the binder's workers and not answered by the API server yet",
             namespace=ns,
             registry=r,
         )

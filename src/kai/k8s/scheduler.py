@@ -49,6 +49,8 @@ class SchedulerOptions:
     sync_timeout: float = 120.0
     backend: str | None = None
     bind_workers: int = 16
+    write_workers: int = 8  # PodGroup status, pod conditions and events
+    shutdown_timeout: float = 30.0  # for the binds in flight to finish
     bind_attempts: int = 3
     bind_backoff: float = 0.2
     watch_timeout: int = 300
@@ -114,8 +116,11 @@ class Scheduler:
             self.events,
             nodepool=opts.nodepool,
             workers=opts.bind_workers,
+            write_workers=opts.write_workers,
             attempts=opts.bind_attempts,
             backoff=opts.bind_backoff,
+            # A replica that lost the lease sends nothing more: the new leader decides.
+            may_write=lambda: self.is_leader and not opts.dry_run,
         )
         self.elector: LeaderElector | None = None
         if opts.leader_elect and not opts.dry_run:
@@ -179,7 +184,7 @@ class Scheduler:
         self.stop_event.set()
         # Binds in flight finish before the lease goes: the next leader would decide on
         # those pods again.
-        self.binder.close()
+        self.binder.close(self.options.shutdown_timeout)
         if self.elector is not None:
             self.elector.stop(release=True)
         self.cache.stop()
@@ -283,13 +288,26 @@ class Scheduler:
         if not self.is_leader:
             log.warning("lost the lease during the cycle; its decisions are dropped")
             return CycleReport(True, result)
-        # In the loop binds run in the background (the binder logs what they did); one
-        # cycle on its own (--once, embedding code) waits for them.
+        # In the loop the binds are sent while the next cycles run (the binder logs what
+        # became of them); one cycle on its own (--once, embedding code) waits for them.
         applied = self.binder.apply(result, snap, now, wait=not self._looping)
-        if result.decisions:
-            log.info("cycle %d: %d decision(s)", self.cycles, len(result.decisions))
-        if not self._looping and (result.decisions or applied.bind_failed):
-            log.info("cycle %d: %s", self.cycles, applied.summary())
+        if not self._looping:
+            if result.decisions or applied.bind_failed or applied.evict_failed:
+                log.info(
+                    "cycle %d: %d decision(s); %s",
+                    self.cycles,
+                    len(result.decisions),
+                    applied.summary(),
+                )
+        elif result.decisions:
+            binds = sum(1 for d in result.decisions if d.type == "bind")
+            log.info(
+                "cycle %d: %d decision(s), %d bind(s) handed over (%d in flight)",
+                self.cycles,
+                len(result.decisions),
+                binds,
+                self.binder.binds_in_flight,
+            )
         return CycleReport(True, result, applied)
 
     def _report_bad(self, snap: CacheSnapshot) -> None:
