@@ -325,7 +325,7 @@ class _Gang:
 class _Batch:
     """One cycle's binds, handed over to the workers."""
 
-    seq: int
+    seq: int  # the cycle's number
     result: SessionResult
     snap: CacheSnapshot
     report: ApplyReport
@@ -487,13 +487,15 @@ class Binder:
         now: datetime | None = None,
         *,
         wait: bool = True,
+        cycle: int | None = None,
     ) -> ApplyReport:
         """Write a session's decisions.  Evictions are sent at once; the binds are handed
         to the workers, and the pods count as bound in the cache from now on, so the next
         cycle neither waits for them nor decides on them again.  What depends on a
         group's binds (its rollback, last-start annotation, status) is written once they
         are answered; the rest is queued.  ``wait``: return once all of it is done (one
-        cycle on its own); otherwise the report fills in as the workers go."""
+        cycle on its own); otherwise the report fills in as the workers go.  ``cycle``
+        names the cycle in the log."""
         now = now or datetime.now(timezone.utc)
         report = ApplyReport()
         members: dict[str, list[str]] = defaultdict(list)
@@ -501,7 +503,7 @@ class Binder:
             members[group_of(pod, raw)].append(pod)
         self._evict(result, snap, report, now)
         batch = _Batch(
-            next(self._batches),
+            cycle if cycle is not None else next(self._batches),
             result,
             snap,
             report,
@@ -814,7 +816,7 @@ class Binder:
                 names.sort()
             report.rollback_groups.sort()
         if report.bound or report.bind_failed or report.skipped:
-            log.info("binds of cycle batch %d: %s", batch.seq, report.summary())
+            log.info("cycle %d's binds done: %s", batch.seq, report.summary())
         batch.done.set()
 
     # ------------------------------------------------------------------ writes

@@ -290,7 +290,7 @@ class Scheduler:
             return CycleReport(True, result)
         # In the loop the binds are sent while the next cycles run (the binder logs what
         # became of them); one cycle on its own (--once, embedding code) waits for them.
-        applied = self.binder.apply(result, snap, now, wait=not self._looping)
+        applied = self.binder.apply(result, snap, now, wait=not self._looping, cycle=self.cycles)
         if not self._looping:
             if result.decisions or applied.bind_failed or applied.evict_failed:
                 log.info(
