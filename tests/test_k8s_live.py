@@ -740,3 +740,167 @@ def test_client_requests_share_the_rate_limit(api: FakeApiServer) -> None:
     # 4 requests, 1 at once, 10/s: at least 0.3 s however fast the server answers.
     assert 0.3 <= elapsed < 2.0 and waited > 0
     assert c.limiter.waited > waited
+
+
+# ---------------------------------------------------------------------- asynchronous binds
+
+
+class _GatedBinds:
+    """Holds the binds of some pods until released, as a slow API server would."""
+
+    def __init__(self, client: KubeClient, *names: str) -> None:
+        self.names = set(names)
+        self.release = threading.Event()
+        self.sent: list[str] = []
+        self._real = client.bind
+        client.bind = self  # type: ignore[method-assign]
+
+    def __call__(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+        self.sent.append(name)
+        if name in self.names:
+            assert self.release.wait(20)
+        self._real(namespace, name, node, uid)
+
+
+def _looping(sched: Scheduler) -> threading.Thread:
+    runner = threading.Thread(target=sched.run)
+    runner.start()
+    return runner
+
+
+def test_binds_in_flight_do_not_hold_up_the_loop(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q"))
+    for o in f.gang("slow", 1, gpus=1):
+        api.put(o)
+    gate = _GatedBinds(client, "slow-0")
+    sched = Scheduler(client, _options())
+    runner = _looping(sched)
+    try:
+        assert api.wait_for(lambda: gate.sent == ["slow-0"])
+        cycles = sched.cycles
+        assert api.wait_for(lambda: sched.cycles >= cycles + 3)  # the loop goes on
+        assert sched.binder.binds_in_flight == 1
+        assert "kai_binds_in_flight 1.0" in sched.metrics.render().decode()
+        # A pod that comes meanwhile is bound; the held pod's GPU counts as used.
+        for o in f.gang("quick", 1, gpus=1):
+            api.put(o)
+        for o in f.gang("third", 1, gpus=1):
+            api.put(o)
+        assert api.wait_for(lambda: _node_of(api, "quick-0") == "n1")
+        assert _node_of(api, "slow-0") is None
+        cycles = sched.cycles
+        assert api.wait_for(lambda: sched.cycles >= cycles + 3)
+        assert _node_of(api, "third-0") is None  # no third GPU: not bound
+        # The PodGroup started only once its bind went through.
+        annotations = api.get("PodGroup", "slow", "default")["metadata"].get("annotations") or {}
+        assert LAST_START not in annotations
+        gate.release.set()
+        assert api.wait_for(lambda: _node_of(api, "slow-0") == "n1")
+        assert api.wait_for(
+            lambda: LAST_START in api.get("PodGroup", "slow", "default")["metadata"]["annotations"]
+        )
+        assert api.wait_for(lambda: sched.binder.binds_in_flight == 0)
+        assert "kai_binds_in_flight 0.0" in sched.metrics.render().decode()
+    finally:
+        gate.release.set()
+        sched.stop()
+        runner.join(10)
+    # Each pod was handed over once, however many cycles ran meanwhile.
+    assert sorted(gate.sent) == ["quick-0", "slow-0"]
+    assert len(api.calls("POST", "/binding")) == 2
+
+
+def test_a_failed_bind_makes_the_pod_pending_again(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=1))
+    api.put(f.queue("q"))
+    api.put(f.pod("f1", queue="q", fraction=0.5))
+    api.fail[("binding", "default/f1")] = 500
+    gate = _GatedBinds(client, "f1")
+    sched = Scheduler(client, _options(bind_attempts=1))
+    runner = _looping(sched)
+    try:
+        assert api.wait_for(lambda: gate.sent == ["f1"])
+        # Handed over: bound in the cache, with its device group, before the API says so.
+        cached = sched.cache.get("Pod", "default", "f1")
+        assert cached["spec"]["nodeName"] == "n1"
+        group = cached["metadata"]["labels"][GPU_GROUP_LABEL]
+        assert api.wait_for(lambda: _label_of(api, "f1") == group)
+        time.sleep(0.3)
+        assert gate.sent == ["f1"]  # never decided on again meanwhile
+        gate.release.set()
+        # The bind fails: the pod is pending again and the next cycles retry it.
+        assert api.wait_for(lambda: len(gate.sent) >= 2)
+        assert sched.metrics.bind_failures._value.get() >= 1
+        del api.fail[("binding", "default/f1")]
+        assert api.wait_for(lambda: _node_of(api, "f1") == "n1")
+        assert _label_of(api, "f1") == group  # the device written before is kept
+    finally:
+        gate.release.set()
+        sched.stop()
+        runner.join(10)
+
+
+class _Lease:
+    """A stand-in for the leader elector: the lease held until ``lose()``."""
+
+    def __init__(self) -> None:
+        self.is_leader = True
+
+    def lose(self) -> None:
+        self.is_leader = False
+
+    def start(self) -> None:
+        pass
+
+    def stop(self, *, release: bool = True) -> None:
+        pass
+
+
+def test_losing_the_lease_stops_the_binds(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=8))
+    api.put(f.queue("q"))
+    for i in range(4):
+        api.put(f.pod(f"p{i}", queue="q", gpus=1))
+    gate = _GatedBinds(client, "p0")
+    sched = Scheduler(client, _options(bind_workers=1))
+    lease = _Lease()
+    sched.elector = lease  # type: ignore[assignment]
+    runner = _looping(sched)
+    try:
+        assert api.wait_for(lambda: gate.sent == ["p0"])
+        lease.lose()
+        gate.release.set()  # the bind on the wire goes through...
+        assert api.wait_for(lambda: _node_of(api, "p0") == "n1")
+        time.sleep(0.3)
+    finally:
+        gate.release.set()
+        sched.stop()
+        runner.join(10)
+    assert gate.sent == ["p0"]  # ...the queued ones are not sent
+    assert [_node_of(api, f"p{i}") for i in range(1, 4)] == [None, None, None]
+
+
+def test_shutdown_waits_for_the_binds_in_flight(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1", gpus=2))
+    api.put(f.queue("q"))
+    for o in f.gang("g", 2, gpus=1):
+        api.put(o)
+    gate = _GatedBinds(client, "g-0", "g-1")
+    sched = Scheduler(client, _options())
+    runner = _looping(sched)
+    try:
+        assert api.wait_for(lambda: sorted(gate.sent) == ["g-0", "g-1"])
+        sched.stop()
+        runner.join(0.5)
+        assert runner.is_alive()  # waiting for the binds
+        gate.release.set()
+        runner.join(10)
+        assert not runner.is_alive()
+    finally:
+        gate.release.set()
+        sched.stop()
+        runner.join(10)
+    assert _node_of(api, "g-0") == "n1" and _node_of(api, "g-1") == "n1"
+    pg = api.get("PodGroup", "g", "default")
+    assert LAST_START in pg["metadata"]["annotations"]
