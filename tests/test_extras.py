@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._project import pyproject
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cluster.yaml"
 K8S = ("kubernetes", "prometheus_client")
@@ -105,17 +107,8 @@ def test_the_numba_backend_without_numba_names_the_extra(args, env, where) -> No
     assert proc.stdout == ""
 
 
-def _pyproject() -> dict:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        tomllib = pytest.importorskip("tomli")
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)
-
-
 def test_the_extras_hold_the_heavy_dependencies_and_dev_installs_them() -> None:
-    project = _pyproject()["project"]
+    project = pyproject()["project"]
     core = " ".join(project["dependencies"])
     assert "kubernetes" not in core and "numba" not in core and "prometheus" not in core
     extras = project["optional-dependencies"]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._project import pyproject
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
@@ -202,15 +204,6 @@ def test_a_wheel_builds_from_the_unpacked_sdist(
     assert "kai simulate" in text  # the README is the long description
 
 
-def _pyproject() -> dict:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        tomllib = pytest.importorskip("tomli")
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)
-
-
 def _top_level_imports(path: Path) -> set[str]:
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -222,7 +215,7 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_cibuildwheel_runs_tests_against_the_installed_wheel() -> None:
-    config = _pyproject()["tool"]["cibuildwheel"]
+    config = pyproject()["tool"]["cibuildwheel"]
     commands = config["test-command"]
     commands = [commands] if isinstance(commands, str) else commands
     runs = [c for c in commands if c.split()[0] == "pytest" or c.startswith("python -m pytest")]
@@ -231,7 +224,7 @@ def test_cibuildwheel_runs_tests_against_the_installed_wheel() -> None:
     assert files and all(f.is_file() for f in files), files
     # Each test runs with the wheel's runtime dependencies, its test-extras and
     # test-requires only.
-    project = _pyproject()["project"]
+    project = pyproject()["project"]
     requirements = [*project["dependencies"], *config["test-requires"]]
     extras = list(config.get("test-extras", []))
     while extras:

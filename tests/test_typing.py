@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests._project import pyproject
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _pyproject() -> dict:
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        tomllib = pytest.importorskip("tomli")
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        return tomllib.load(f)
 
 
 def test_the_package_says_it_is_typed() -> None:
@@ -34,7 +27,7 @@ def test_ci_type_checks_after_the_linters() -> None:
     assert lines.index("ruff format --check .") < lines.index("mypy src/kai")
     assert lines.index("mypy src/kai") < next(i for i, x in enumerate(lines) if "pytest" in x)
     assert ".mypy_cache/" in (ROOT / ".gitignore").read_text().split()
-    config = _pyproject()
+    config = pyproject()
     assert config["tool"]["mypy"]["python_version"] == "3.10"
     assert any(r.startswith("mypy>=") for r in config["project"]["optional-dependencies"]["dev"])
 

@@ -343,7 +343,7 @@ def _duration_flag(name: str, default: str, help_: str):
     type=click.IntRange(min=1),
     default=16,
     show_default=True,
-    help="Binds sent in parallel for one cycle.",
+    help="Binds sent to the API server in parallel.",
 )
 @click.option(
     "--owner-resources",
