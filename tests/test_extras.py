@@ -67,8 +67,10 @@ def test_simulate_needs_neither_extra() -> None:
 
 
 def test_without_the_native_core_or_numba_the_python_backend_schedules() -> None:
-    reference = kai("simulate", str(EXAMPLE), "--backend", "python")
-    proc = kai("simulate", str(EXAMPLE), blocked=(*K8S, *NUMBA, "kai._native"))
+    # A fixed clock: the two runs must not straddle a second (start-time annotations).
+    now = ("--now", "2026-11-22T12:00:00Z")
+    reference = kai("simulate", str(EXAMPLE), *now, "--backend", "python")
+    proc = kai("simulate", str(EXAMPLE), *now, blocked=(*K8S, *NUMBA, "kai._native"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == json.loads(reference.stdout)
     (line,) = _backend_lines(proc.stderr)
