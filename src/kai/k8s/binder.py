@@ -215,15 +215,30 @@ class _WriteQueue:
     again is replaced by the later one (annotations are merged), a later cycle that no
     longer wants it cancels it, and one key is written by one worker at a time: a slow
     API server neither piles up repeated writes nor sees an older write land after a
-    newer one."""
+    newer one.
 
-    def __init__(self, workers: int, may_write: Callable[[], bool], name: str) -> None:
+    Binds go first: while ``hold()`` says binds are waiting, a write waits too, up to
+    ``max_hold`` seconds from when it was queued.  Writes of PodGroups cost the API
+    server more than binds, and a placed pod matters more than its group's bookkeeping."""
+
+    def __init__(
+        self,
+        workers: int,
+        may_write: Callable[[], bool],
+        name: str,
+        *,
+        hold: Callable[[], bool] = lambda: False,
+        max_hold: float = 0.0,
+    ) -> None:
         self.workers = max(1, workers)
         self.may_write = may_write
         self.name = name
+        self.hold = hold
+        self.max_hold = max_hold
         self._cv = threading.Condition()
         # Insertion-ordered: the oldest key first; replacing a write keeps its place.
         self._queued: dict[WriteKey, tuple[Callable[[Any], None], Any]] = {}
+        self._since: dict[WriteKey, float] = {}  # when each queued key was first queued
         self._running: set[WriteKey] = set()
         self._threads: list[threading.Thread] = []
         self._closing = False
@@ -249,12 +264,16 @@ class _WriteQueue:
             if self._closing:
                 return
             for key in cancel:
-                self._queued.pop(key, None)
+                if self._queued.pop(key, None) is not None:
+                    del self._since[key]
+            now = time.monotonic()
             for key, write, payload, merge in writes:
                 if key is None:
                     key = ("once", next(self._seq))
                 old = self._queued.get(key)
-                if old is not None and merge is not None:
+                if old is None:
+                    self._since[key] = now
+                elif merge is not None:
                     payload = merge(old[1], payload)
                 self._queued[key] = (write, payload)
             if writes and not self._threads:
@@ -271,13 +290,20 @@ class _WriteQueue:
     def _work(self) -> None:
         while True:
             with self._cv:
-                key = self._next()
-                while key is None and not self._closing:
-                    self._cv.wait()
+                while True:
                     key = self._next()
-                if key is None or self._closing and not self._queued:
-                    return
+                    if self._closing or key is None:
+                        if self._closing:
+                            return
+                        self._cv.wait()
+                        continue
+                    held = self.max_hold - (time.monotonic() - self._since[key])
+                    if held > 0 and self.hold():
+                        self._cv.wait(min(held, 0.05))  # binds are waiting: let them go
+                        continue
+                    break
                 write, payload = self._queued.pop(key)
+                del self._since[key]
                 self._running.add(key)
             try:
                 if self.may_write():
@@ -293,11 +319,17 @@ class _WriteQueue:
         with self._cv:
             return self._cv.wait_for(lambda: not self._queued and not self._running, timeout)
 
+    def busy(self) -> bool:
+        """Writes are queued or running."""
+        with self._cv:
+            return bool(self._queued or self._running)
+
     def close(self, timeout: float) -> None:
         """Stop the workers (what is still queued is dropped); wait for them."""
         with self._cv:
             self._closing = True
             self._queued.clear()
+            self._since.clear()
             self._cv.notify_all()
         deadline = time.monotonic() + timeout
         for t in self._threads:
@@ -329,14 +361,25 @@ class _Batch:
     result: SessionResult
     snap: CacheSnapshot
     report: ApplyReport
-    members: dict[str, list[str]]
     now: datetime
-    created: dict[str, datetime | None]
     todo: deque[tuple[Any, _Gang]] = field(default_factory=deque)
     gangs: dict[str, _Gang] = field(default_factory=dict)
     gangs_left: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     done: threading.Event = field(default_factory=threading.Event)
+
+    # Made when first needed: most cycles of a large, busy cluster need neither.
+    @functools.cached_property
+    def members(self) -> dict[str, list[str]]:
+        """The pods of each group (the engine's job key), of the whole snapshot."""
+        members: dict[str, list[str]] = defaultdict(list)
+        for pod, raw in self.snap.pods.items():
+            members[group_of(pod, raw)].append(pod)
+        return members
+
+    @functools.cached_property
+    def created(self) -> dict[str, datetime | None]:
+        return {p.key: p.creation_timestamp for p in self.snap.objects.pods}
 
 
 class _BindQueue:
@@ -391,6 +434,10 @@ class _BindQueue:
         with self._cv:
             return self._cv.wait_for(lambda: not self._ready and not self._busy, timeout)
 
+    def waiting(self) -> bool:
+        """Binds wait for a worker (read without the lock: a hint)."""
+        return bool(self._ready)
+
     def close(self, timeout: float) -> list[_Batch]:
         """Stop the workers after the bind each one is sending; the batches left."""
         with self._cv:
@@ -422,6 +469,7 @@ class Binder:
         nodepool: str = "default",
         workers: int = 16,
         write_workers: int = 8,
+        write_hold: float = 30.0,
         attempts: int = 3,
         backoff: float = 0.2,
         may_write: Callable[[], bool] = lambda: True,
@@ -437,7 +485,14 @@ class Binder:
         # False once the lease is lost: nothing more is sent, queued binds are dropped.
         self.may_write = may_write
         self._binds = _BindQueue(workers, self._send)
-        self._writes = _WriteQueue(write_workers, may_write, "kai-bind-write")
+        # Writes wait for the waiting binds, ``write_hold`` seconds at most.
+        self._writes = _WriteQueue(
+            write_workers,
+            may_write,
+            "kai-bind-write",
+            hold=self._binds.waiting,
+            max_hold=write_hold,
+        )
         self._evict_pool: ThreadPoolExecutor | None = None
         # Taken around every change of a pod's assumption in the cache, so that a write's
         # answer never replaces a pod that a cycle has just handed over.
@@ -498,18 +553,9 @@ class Binder:
         names the cycle in the log."""
         now = now or datetime.now(timezone.utc)
         report = ApplyReport()
-        members: dict[str, list[str]] = defaultdict(list)
-        for pod, raw in snap.pods.items():
-            members[group_of(pod, raw)].append(pod)
         self._evict(result, snap, report, now)
         batch = _Batch(
-            cycle if cycle is not None else next(self._batches),
-            result,
-            snap,
-            report,
-            members,
-            now,
-            {p.key: p.creation_timestamp for p in snap.objects.pods},
+            cycle if cycle is not None else next(self._batches), result, snap, report, now
         )
         self._hand_over(batch)
         self._queue_writes(batch)
@@ -550,11 +596,13 @@ class Binder:
             key = group_of(d.pod, snap.pods.get(d.pod))
             gang = batch.gangs.get(key)
             if gang is None:
-                active = sum(
-                    1
-                    for p in batch.members.get(key, ())
-                    if (res := result.pods.get(p)) is not None and res.status == "Running"
-                )
+                active = 0  # a single pod (no group): its group is itself, being bound
+                if key != d.pod:
+                    active = sum(
+                        1
+                        for p in batch.members.get(key, ())
+                        if (res := result.pods.get(p)) is not None and res.status == "Running"
+                    )
                 gang = batch.gangs[key] = _Gang(key, min_members.get(key) or 1, active)
             gang.decisions.append(d)
             gang.left += 1
@@ -714,12 +762,11 @@ class Binder:
                 log.warning("pod group %s: not rolled back, the lease is lost", gang.key)
         if abandoned:
             log.warning("lost the lease: %d bind(s) of %s not sent", len(abandoned), gang.key)
-        not_bound = [d for d in gang.decisions if gang.outcomes[d.pod][0] != "bound"]
-        for d in not_bound:
-            self._forget(batch, d, gang.outcomes[d.pod][2])
         with self._assume_lock:
             for d in gang.decisions:
-                self._in_flight.pop(d.pod, None)
+                del self._in_flight[d.pod]
+                if gang.outcomes[d.pod][0] != "bound":
+                    self._forget(batch, d, gang.outcomes[d.pod][2])
         for pod, err in failed.items():
             self.metrics.bind_failures.inc()
             log.warning("binding %s to %s failed: %s", pod, self._node_of(gang, pod), err)
@@ -743,7 +790,12 @@ class Binder:
         if g is not None and self.may_write():
             # Only add: a later cycle may have queued newer writes of this group already.
             writes, _ = self._group_writes(
-                batch, gang.key, g, rolled=rolled, started=bool(gang.bound) and not rolled
+                batch,
+                gang.key,
+                g,
+                rolled=rolled,
+                started=bool(gang.bound) and not rolled,
+                cancel=False,
             )
             self._writes.put_many(writes)
         with batch.lock:
@@ -757,16 +809,16 @@ class Binder:
         return next((d.node for d in gang.decisions if d.pod == pod), "")
 
     def _forget(self, batch: _Batch, d: Any, labelled: bool) -> None:
-        """A bind that did not happen: the pod is pending again in the cache."""
+        """A bind that did not happen: the pod is pending again in the cache (with
+        ``_assume_lock`` held)."""
         if self.cache is None:
             return
         ns, _, name = d.pod.partition("/")
         raw = batch.snap.pods.get(d.pod) or {}
-        with self._assume_lock:
-            self.cache.forget_bound(ns, name)
-            # What the hand-off assumed beyond the node (the GPU group) goes too, unless
-            # the label was written.
-            self.cache.assume("Pod", ns, name, _unmark_bound(d.node, None if labelled else raw))
+        self.cache.forget_bound(ns, name)
+        # What the hand-off assumed beyond the node (the GPU group) goes too, unless the
+        # label was written.
+        self.cache.assume("Pod", ns, name, _unmark_bound(d.node, None if labelled else raw))
 
     def _rollback(
         self, gang: _Gang, snap: CacheSnapshot, report: ApplyReport, failed: list[str]
@@ -846,23 +898,28 @@ class Binder:
             return
         writes: list[Any] = []
         cancels: list[WriteKey] = []
+        # Nothing queued (the usual case): nothing to cancel, and no pod to look at in
+        # the groups with nothing to say.
+        cancel = self._writes.busy()
         for key, group in result.pod_groups.items():
             if key not in batch.gangs:
-                w, c = self._group_writes(batch, key, group, rolled=False, started=False)
+                w, c = self._group_writes(
+                    batch, key, group, rolled=False, started=False, cancel=cancel
+                )
                 writes.extend(w)
                 cancels.extend(c)
-        # The pods handed over are pending no more.
-        cancels.extend(
-            ("condition", d.pod) for gang in batch.gangs.values() for d in gang.decisions
-        )
+        if cancel:  # the pods handed over are pending no more
+            cancels.extend(
+                ("condition", d.pod) for gang in batch.gangs.values() for d in gang.decisions
+            )
         self._writes.put_many(writes, cancels)
 
     def _group_writes(
-        self, batch: _Batch, key: str, g: Any, *, rolled: bool, started: bool
+        self, batch: _Batch, key: str, g: Any, *, rolled: bool, started: bool, cancel: bool
     ) -> tuple[list[Any], list[WriteKey]]:
         """One group's writes (annotations, status, its pending pods' PodScheduled
-        condition, the event that says why it waits), and the queued writes it no longer
-        needs.  ``started``: its binds of this cycle went through."""
+        condition, the event that says why it waits), and (``cancel``) the queued writes
+        it no longer needs.  ``started``: its binds of this cycle went through."""
         snap, report, now = batch.snap, batch.report, batch.now
         writes: list[Any] = []
         cancels: list[WriteKey] = []
@@ -887,10 +944,14 @@ class Binder:
             if patch:
                 write = functools.partial(self._write_status, key, report)
                 writes.append((("status", key), write, patch, None))
-            else:
+            elif cancel:
                 cancels.append(("status", key))
         gang = batch.gangs.get(key)
-        for pod in batch.members.get(key, ()):
+        if message is None and not cancel:
+            members: Iterable[str] = ()  # nothing to write, nothing queued to cancel
+        else:
+            members = batch.members.get(key, ())
+        for pod in members:
             condition = None
             if message is not None:
                 res = batch.result.pods.get(pod)
@@ -905,7 +966,7 @@ class Binder:
             if condition is not None:
                 write = functools.partial(self._write_condition, pod, report)
                 writes.append((("condition", pod), write, condition, None))
-            else:
+            elif cancel:
                 cancels.append(("condition", pod))
         if message is not None:
             if raw is not None:
