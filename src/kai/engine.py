@@ -25,6 +25,7 @@ from kai.api.preemptibility import (
     published_status,
 )
 from kai.config import SchedulerConfig, check_action_names
+from kai.fairshare import QUEUE_USAGE_KEY, UsageTable, check_usage_table
 from kai.framework.session import Decision, Session
 from kai.snapshot.builder import build_state
 from kai.snapshot.partition import partition
@@ -179,6 +180,7 @@ def run_session(
     now: str | datetime | None = None,
     backend: str | None = None,
     node_pool: str | None = None,
+    queue_usage: Mapping[str, Mapping[str, float]] | None = None,
 ) -> SessionResult:
     """Run one scheduling session on a snapshot and return what it decided.
 
@@ -186,7 +188,13 @@ def run_session(
     scheduled as KAI-Scheduler does, by one scheduler per pool: one session per pool,
     results merged.  ``node_pool`` runs the session of that pool alone ("" is the
     pool of the objects without the label).
+
+    ``queue_usage`` is the queues' historical usage for time-based fair share: queue ->
+    {"gpu"|"cpu"|"memory": usage normalised to the cluster's capacity over the usage
+    window} (see :mod:`kai.fairshare`).  It lowers the over-quota share of queues that
+    used more, by the proportion plugin's ``kValue``; without it every usage is 0.
     """
+    usage = None if queue_usage is None else check_usage_table(queue_usage)
     if config is None:
         config = snapshot.scheduler_config(actions)
     elif not isinstance(config, SchedulerConfig):
@@ -203,11 +211,11 @@ def run_session(
                 f"{', '.join(repr(p) for p in pools)})",
                 obj="--node-pool",
             )
-        return _run_one(Snapshot(pools[node_pool]), config, clock, backend)
+        return _run_one(Snapshot(pools[node_pool]), config, clock, backend, usage)
     shards = [p for p in pools.values() if p.nodes or p.pods or p.pod_groups or p.queues]
     if len(shards) <= 1:
-        return _run_one(snapshot, config, clock, backend)
-    return _merge([_run_one(Snapshot(objs), config, clock, backend) for objs in shards])
+        return _run_one(snapshot, config, clock, backend, usage)
+    return _merge([_run_one(Snapshot(objs), config, clock, backend, usage) for objs in shards])
 
 
 def _merge(results: list[SessionResult]) -> SessionResult:
@@ -227,7 +235,11 @@ def _merge(results: list[SessionResult]) -> SessionResult:
 
 
 def _run_one(
-    snapshot: Snapshot, config: SchedulerConfig, now: datetime, backend: str | None
+    snapshot: Snapshot,
+    config: SchedulerConfig,
+    now: datetime,
+    backend: str | None,
+    queue_usage: UsageTable | None = None,
 ) -> SessionResult:
     # A session allocates many small, long-lived objects (tasks, jobs, decisions) and
     # frees them together: the cyclic collector's passes over them cost a third of a
@@ -236,17 +248,23 @@ def _run_one(
     if paused:
         gc.disable()
     try:
-        return _session(snapshot, config, now, backend)
+        return _session(snapshot, config, now, backend, queue_usage)
     finally:
         if paused:
             gc.enable()
 
 
 def _session(
-    snapshot: Snapshot, config: SchedulerConfig, now: datetime, backend: str | None
+    snapshot: Snapshot,
+    config: SchedulerConfig,
+    now: datetime,
+    backend: str | None,
+    queue_usage: UsageTable | None = None,
 ) -> SessionResult:
     state = snapshot.state()
     ssn = Session(state, config, now=now, backend=backend)
+    if queue_usage:
+        ssn.cache[QUEUE_USAGE_KEY] = queue_usage  # read by proportion when it opens
     ssn.open(config.build_plugins())
     timings: dict[str, float] = {}
     for name in config.actions:

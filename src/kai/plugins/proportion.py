@@ -39,6 +39,7 @@ from kai.api.preemptibility import (
     non_preemptible_part,
 )
 from kai.api.resources import CPU, GPU, MEMORY
+from kai.fairshare import QUEUE_USAGE_KEY, usage_vectors
 from kai.framework import EventHandler, Plugin, Session, register_plugin
 
 UNLIMITED = -1.0
@@ -387,6 +388,13 @@ class ProportionPlugin(Plugin):
             children.setdefault(parent, []).append(share)
         for siblings in children.values():
             siblings.sort(key=lambda s: s.rank)
+        # Time-based fair share: the queues' historical usage, 0 where none is known.
+        no_usage = [0.0] * len(QUEUE_RESOURCES)
+        table = ssn.cache.get(QUEUE_USAGE_KEY)
+        history: dict[str, list[float]] = {}
+        if table:
+            parents = {name: share.parent for name, share in self.shares.items()}
+            history = usage_vectors(table, parents, QUEUE_RESOURCES)
 
         def divide(parent: str | None, total: np.ndarray) -> None:
             siblings = children.get(parent, [])
@@ -394,7 +402,10 @@ class ProportionPlugin(Plugin):
                 return
             prio = np.array([s.priority for s in siblings], dtype=np.int64)
             rank = np.array([s.rank for s in siblings], dtype=np.int64)
-            usage = np.zeros(len(siblings))
+            # Resource-major like the rest: row r holds every sibling's usage of r.
+            usage = np.ascontiguousarray(
+                np.array([history.get(s.name, no_usage) for s in siblings]).T
+            )
             # Resource-major: row r holds every sibling's value for resource r.
             deserved, limit, weight, request = np.ascontiguousarray(
                 np.array(
@@ -416,7 +427,7 @@ class ProportionPlugin(Plugin):
                     prio,
                     rank,
                     self.k_value,
-                    usage,
+                    usage[r],
                 )
                 for s, value in zip(siblings, fair):
                     s.fair_share[r] = value
