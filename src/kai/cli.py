@@ -126,10 +126,20 @@ def _split_actions(value: str | None) -> list[str] | None:
     help="Schedule only this node pool (value of the kai.scheduler/node-pool label; "
     "'' for objects without it). Default: every pool, one session each.",
 )
+@click.option(
+    "--queue-usage",
+    "usage_file",
+    type=click.Path(dir_okay=False),
+    help="JSON/YAML file of queues' historical usage for time-based fair share "
+    "({queue: {gpu|cpu|memory: usage / capacity over the window}}).",
+)
 @_backend_option
-def simulate(snapshot, config_file, actions, now, output, explain, node_pool, backend) -> None:
+def simulate(
+    snapshot, config_file, actions, now, output, explain, node_pool, usage_file, backend
+) -> None:
     """Run one scheduling session on SNAPSHOT file(s) and print the decisions."""
     from kai.engine import Snapshot, run_session
+    from kai.fairshare import load_usage_file
     from kai.output import SimulateProgress
 
     # A large simulation shows its phases on a terminal's stderr; the display is gone
@@ -159,6 +169,7 @@ def simulate(snapshot, config_file, actions, now, output, explain, node_pool, ba
             now=now_value,
             backend=backend,
             node_pool=node_pool,
+            queue_usage=load_usage_file(usage_file) if usage_file else None,
         )
         phases.phase("output")
         if output == "json":

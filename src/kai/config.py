@@ -7,12 +7,14 @@ when the configuration is built, so a typo is a clear error before any schedulin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kai.api.errors import ConfigError
 from kai.api.objects import PluginOption, SchedulerConfigObject
+from kai.fairshare import UsageDBConfig
 from kai.solvers.budget import SearchLimits
 
 # KAI-Scheduler's default scenario search budgets (seconds; 0 = unlimited).
@@ -77,6 +79,37 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = tuple(
 )
 
 
+def _usage_db(raw: Any) -> UsageDBConfig | None:
+    """``usageDBConfig`` checked, errors naming the field (KAI's names throughout)."""
+    if raw is None:
+        return None
+    try:
+        return UsageDBConfig.from_config(raw)
+    except ConfigError as err:
+        raise ConfigError(err.message, obj="SchedulerConfiguration", field=err.field) from None
+
+
+def _with_shard_k_value(tiers: list[list[PluginOption]], raw: Any) -> list[list[PluginOption]]:
+    """The scheduling shard's ``kValue`` given to every proportion plugin that sets none."""
+    if raw is None or raw == "":
+        return tiers
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(raw, bool) or not math.isfinite(value):
+        raise ConfigError(f"{raw!r} is not a number", obj="SchedulerConfiguration", field="kValue")
+    return [
+        [
+            PluginOption(p.name, {**p.arguments, "kValue": value})
+            if p.name == "proportion" and "kValue" not in p.arguments
+            else p
+            for p in tier
+        ]
+        for tier in tiers
+    ]
+
+
 def check_action_names(
     names: Sequence[str], *, obj: str = "SchedulerConfiguration", field: str | None = "actions"
 ) -> None:
@@ -103,6 +136,8 @@ class SchedulerConfig:
     search_limits: SearchLimits = field(default_factory=lambda: search_limits_from(None))
     # --use-scheduling-signatures: eviction actions skip jobs equivalent to failed ones.
     use_scheduling_signatures: bool = True
+    # usageDBConfig: where a live scheduler reads queues' historical usage (None: all 0).
+    usage_db: UsageDBConfig | None = None
 
     @classmethod
     def default(cls) -> SchedulerConfig:
@@ -148,6 +183,7 @@ class SchedulerConfig:
 
             registered = set(plugin_names())
             tiers = [[p for p in DEFAULT_PLUGINS if p.name in registered]]
+        tiers = _with_shard_k_value(tiers, obj.k_value if obj is not None else None)
         depth = dict(obj.queue_depth_per_action) if obj is not None else {}
         for action, value in depth.items():
             if action not in known:
@@ -169,6 +205,7 @@ class SchedulerConfig:
             reclaim_min_runtime=(obj.reclaim_min_runtime or 0.0) if obj else 0.0,
             preempt_min_runtime=(obj.preempt_min_runtime or 0.0) if obj else 0.0,
             search_limits=search_limits_from(obj.scenario_search_budgets if obj else None),
+            usage_db=_usage_db(obj.usage_db if obj is not None else None),
         )
         config.build_plugins()  # validate names and arguments now
         return config
@@ -194,6 +231,15 @@ class SchedulerConfig:
                 except ConfigError as err:
                     raise err.located(field_prefix=where) from None
         return built
+
+    @property
+    def k_value(self) -> float:
+        """The proportion plugin's ``kValue`` (KAI's default 1.0 when unset)."""
+        args = self.plugin_arguments("proportion") or {}
+        try:
+            return max(0.0, float(args.get("kValue", 1.0)))
+        except (TypeError, ValueError):
+            return 1.0  # build_plugins reports it
 
     def plugin_arguments(self, name: str) -> dict[str, Any] | None:
         for tier in self.tiers:

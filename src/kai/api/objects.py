@@ -274,6 +274,10 @@ class SchedulerConfigObject:
     # scenarioSearchBudgets as parsed: durations in seconds; maps keyed by action or
     # generator name (maxActionSearchDuration, maxGeneratorSearchDuration).
     scenario_search_budgets: dict[str, Any] | None = None
+    # Time-based fair share, as written (checked by kai.config): ``usageDBConfig`` and
+    # the shard-level ``kValue`` that proportion takes when its own argument is unset.
+    usage_db: Any = None
+    k_value: Any = None
     source: Source | None = None
 
 

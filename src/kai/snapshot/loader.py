@@ -734,6 +734,8 @@ _CONFIG_KEYS = (
     "reclaimMinRuntime",
     "preemptMinRuntime",
     "scenarioSearchBudgets",
+    "usageDBConfig",
+    "kValue",
 )
 _BUDGET_MAP_KEYS = ("maxActionSearchDuration", "maxGeneratorSearchDuration")
 _BUDGET_KEYS = ("maxJobSearchDuration", "minJobSearchDuration", *_BUDGET_MAP_KEYS)
@@ -847,6 +849,8 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
         reclaim_min_runtime=duration("reclaimMinRuntime"),
         preempt_min_runtime=duration("preemptMinRuntime"),
         scenario_search_budgets=_parse_search_budgets(ctx, body, prefix),
+        usage_db=body.get("usageDBConfig"),
+        k_value=body.get("kValue"),
         source=ctx.source(),
     )
 
