@@ -138,6 +138,49 @@ class SchedulerMetrics:
             )
         }
 
+        # Time-based fair share: what Prometheus integrates into queues' usage, in the
+        # units KAI's queue controller exports (GPUs, cores, bytes).
+        self.queue_allocated = {
+            resource: Gauge(name, help_, ["queue_name"], registry=r)
+            for resource, name, help_ in (
+                ("gpu", "kai_queue_allocated_gpus", "GPUs allocated to the queue"),
+                ("cpu", "kai_queue_allocated_cpu_cores", "CPU cores allocated to the queue"),
+                ("memory", "kai_queue_allocated_memory_bytes", "Memory allocated to the queue"),
+            )
+        }
+        self.cluster_capacity = {
+            resource: Gauge(name, help_, registry=r)
+            for resource, name, help_ in (
+                ("gpu", "kai_cluster_capacity_gpus", "GPUs of the ready nodes scheduled"),
+                ("cpu", "kai_cluster_capacity_cpu_cores", "CPU cores of the ready nodes scheduled"),
+                (
+                    "memory",
+                    "kai_cluster_capacity_memory_bytes",
+                    "Memory of the ready nodes scheduled",
+                ),
+            )
+        }
+
+    def set_usage_inputs(
+        self, queues: Mapping[str, object], capacity: Mapping[str, float] | None
+    ) -> None:
+        """The allocation of every queue and the cluster's capacity (session units: GPUs,
+        CPU millicores, memory bytes); ``capacity`` None clears everything (a replica
+        that stopped leading must not be counted twice)."""
+        for g in self.queue_allocated.values():
+            g.clear()
+        if capacity is None:
+            for g in self.cluster_capacity.values():
+                g.set(0.0)
+            return
+        scale = {"gpu": 1.0, "cpu": 1e-3, "memory": 1.0}
+        for name, q in queues.items():
+            alloc = getattr(q, "allocated", {}) or {}
+            for resource, gauge in self.queue_allocated.items():
+                gauge.labels(name).set(_finite(alloc.get(resource, 0.0)) * scale[resource])
+        for resource, gauge in self.cluster_capacity.items():
+            gauge.set(_finite(capacity.get(resource, 0.0)) * scale[resource])
+
     def set_queues(self, queues: Mapping[str, object]) -> None:
         """Queue gauges from a session's queues (fair share and allocation); gauges of
         queues that no longer exist are dropped."""

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from kai.api.model import ClusterState
-from kai.api.objects import ClusterObjects
+from kai.api.objects import GPU_RESOURCE, ClusterObjects
 from kai.config import SchedulerConfig
 from kai.engine import SessionResult, Snapshot, run_session
+from kai.fairshare_prometheus import UsageLister, lister_from_config
 from kai.k8s.binder import ApplyReport, Binder, EventRecorder, _ref
 from kai.k8s.cache import CacheSnapshot, ClusterCache
 from kai.k8s.client import KubeClient, parse_owner_resource
@@ -133,8 +134,12 @@ class Scheduler:
                 renew_deadline=opts.renew_deadline,
                 retry_period=opts.retry_period,
                 on_started=lambda: self.metrics.is_leader.set(1),
-                on_stopped=lambda: self.metrics.is_leader.set(0),
+                on_stopped=self._lost_lease,
             )
+        # Time-based fair share: queues' historical usage from Prometheus.
+        self.usage: UsageLister | None = None
+        if self.config.usage_db is not None:
+            self.usage = lister_from_config(self.config.usage_db)
         self.server: HealthServer | None = None
         self.stop_event = threading.Event()
         self.cycles = 0
@@ -146,6 +151,11 @@ class Scheduler:
     @property
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader
+
+    def _lost_lease(self) -> None:
+        self.metrics.is_leader.set(0)
+        # The new leader exports the allocations now: Prometheus must not count both.
+        self.metrics.set_usage_inputs({}, None)
 
     def _healthy(self) -> tuple[bool, str]:
         # The loop beats every period even as a standby; a long silence means it is stuck.
@@ -175,6 +185,8 @@ class Scheduler:
             )
             self.server.start()
         self.cache.start()
+        if self.usage is not None:
+            self.usage.start()
         if self.elector is not None:
             self.elector.start()
         else:
@@ -188,6 +200,8 @@ class Scheduler:
         if self.elector is not None:
             self.elector.stop(release=True)
         self.cache.stop()
+        if self.usage is not None:
+            self.usage.stop()
         if self.server is not None:
             self.server.stop()
         log.info("scheduler stopped")
@@ -276,11 +290,13 @@ class Scheduler:
             config=self.config,
             now=now,
             backend=self.options.backend,
+            queue_usage=self.usage.table() if self.usage is not None else None,
         )
         self.metrics.action_latency.clear()
         for action, seconds in result.action_seconds.items():
             self.metrics.action_latency.labels(action).set(seconds * 1000.0)
         self.metrics.set_queues(result.queues)
+        self.metrics.set_usage_inputs(result.queues, _capacity(snap.objects))
         if self.options.dry_run:
             for d in result.decisions:
                 log.info("dry-run decision: %s", json.dumps(d.to_json(), sort_keys=True))
@@ -336,3 +352,16 @@ class Scheduler:
             )
         except Exception as err:  # noqa: BLE001 - best effort
             log.warning("event for an invalid object failed: %s", err)
+
+
+def _capacity(objects: ClusterObjects) -> dict[str, float]:
+    """What the ready nodes offer (GPUs, CPU millicores, memory bytes): the capacity
+    queues' usage is normalised to."""
+    total = {"gpu": 0.0, "cpu": 0.0, "memory": 0.0}
+    for node in objects.nodes:
+        if node.ready:
+            alloc = node.allocatable
+            total["gpu"] += alloc.get(GPU_RESOURCE, 0.0)
+            total["cpu"] += alloc.get("cpu", 0.0)
+            total["memory"] += alloc.get("memory", 0.0)
+    return total
