@@ -555,3 +555,9 @@ def test_kai_simulate_reads_a_usage_table(tmp_path):
     code, out = simulate("--queue-usage", str(usage))
     assert code == 2
     assert f"{usage}, field a.gpu: expected a number, got 'most'" in out
+
+
+def test_duration_extra_params_are_checked_with_the_rest():
+    with pytest.raises(ConfigError, match="invalid duration") as err:
+        UsageParams.from_config({"extraParams": {"queryResolution": "often"}})
+    assert err.value.field == "usageDBConfig.usageParams.extraParams.queryResolution"

@@ -66,6 +66,8 @@ DEFAULT_WAIT_TIMEOUT = 60.0
 QUEUE_USAGE_KEY = "fairshare.queue_usage"
 
 #: ``usageParams`` fields read; ``cronString`` belongs to the cron window kai lacks.
+#: ``extraParams`` that are durations (of the Prometheus client).
+DURATION_EXTRA_PARAMS = ("queryResolution", "usageQueryTimeout")
 USAGE_PARAM_FIELDS = (
     "halfLifePeriod",
     "windowSize",
@@ -146,20 +148,7 @@ class UsageParams:
                 )
 
         def seconds(key: str, default: float | None, *, zero_is_none: bool = False) -> Any:
-            value = mapping.get(key)
-            if value is None or value == "":
-                return default
-            try:
-                out = _parse_duration(value)
-            except ValueError as exc:
-                raise ConfigError(str(exc), field=f"{field}.{key}") from None
-            if out < 0:
-                raise ConfigError(f"{value!r} must not be negative", field=f"{field}.{key}")
-            if out == 0:
-                if zero_is_none:
-                    return None
-                raise ConfigError(f"{value!r} must be longer than 0", field=f"{field}.{key}")
-            return out
+            return config_seconds(mapping.get(key), f"{field}.{key}", default, zero_is_none)
 
         window_type = mapping.get("windowType")
         if window_type is None or window_type == "":
@@ -179,6 +168,8 @@ class UsageParams:
             isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in extra.values()
         ):
             raise ConfigError("expected a map of strings", field=f"{field}.extraParams")
+        for key in DURATION_EXTRA_PARAMS:
+            config_seconds(extra.get(key), f"{field}.extraParams.{key}", None)
         return cls(
             half_life=seconds("halfLifePeriod", None, zero_is_none=True),
             window=seconds("windowSize", DEFAULT_WINDOW),
@@ -579,10 +570,26 @@ def _type_name(value: Any) -> str:
     return "a list" if isinstance(value, list) else type(value).__name__
 
 
-def _parse_duration(value: Any) -> float:
+def config_seconds(
+    value: Any, field: str, default: float | None, zero_is_none: bool = False
+) -> Any:
+    """A configured duration in seconds (``default`` when unset): longer than 0, or
+    None for 0 when ``zero_is_none``; a :class:`kai.ConfigError` naming ``field``."""
+    if value is None or value == "":
+        return default
     from kai.api.quantity import parse_duration
 
-    return parse_duration(value)
+    try:
+        out = parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field=field) from None
+    if out < 0:
+        raise ConfigError(f"{value!r} must not be negative", field=field)
+    if out == 0:
+        if zero_is_none:
+            return None
+        raise ConfigError(f"{value!r} must be longer than 0", field=field)
+    return out
 
 
 def _parse_instant(value: Any, field: str) -> float:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kai.api.errors import ConfigError
-from kai.fairshare import RESOURCES, UsageDBConfig, UsageParams, UsageTable
+from kai.fairshare import RESOURCES, UsageDBConfig, UsageParams, UsageTable, config_seconds
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +70,8 @@ class UsageQueryError(Exception):
 
 
 def _extra_seconds(params: UsageParams, key: str, default: float) -> float:
-    raw = params.extra_params.get(key)
-    if raw is None or raw == "":
-        return default
-    from kai.api.quantity import parse_duration
-
-    try:
-        value = parse_duration(raw)
-    except ValueError as exc:
-        raise ConfigError(str(exc), field=f"usageDBConfig.usageParams.extraParams.{key}") from None
-    if not value > 0:
-        raise ConfigError(
-            f"{raw!r} must be longer than 0", field=f"usageDBConfig.usageParams.extraParams.{key}"
-        )
-    return value
+    field = f"usageDBConfig.usageParams.extraParams.{key}"
+    return float(config_seconds(params.extra_params.get(key), field, default))
 
 
 def _promql_seconds(seconds: float) -> str:
