@@ -35,10 +35,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+
+from kai.k8s.connections import DirectConnections
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +286,12 @@ class KubeClient:
         self.timeout = request_timeout
         self.limiter = TokenBucket(qps, burst)
         self.server = str(api_client.configuration.host)
+        # Binds skip the generated client's per-call machinery (see connections.py).
+        self.direct = (
+            DirectConnections(api_client, request_timeout)
+            if DirectConnections.usable(api_client)
+            else None
+        )
         self.source = "configuration given in code"
         # _headers (a metadata-only Accept) exists in the regenerated clients only.
         params = inspect.signature(self.custom.list_cluster_custom_object).parameters
@@ -327,6 +336,8 @@ class KubeClient:
         return cls.from_configuration(cfg, qps=qps, burst=burst)
 
     def close(self) -> None:
+        if self.direct is not None:
+            self.direct.close()
         self.api_client.close()
 
     # ------------------------------------------------------------------ list / watch
@@ -379,16 +390,27 @@ class KubeClient:
 
     # ------------------------------------------------------------------ writes
     def bind(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
-        body = k8s.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        # _preload_content=False: the response is a Status, not a Binding (client bug).
+        metadata = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid  # refused if the pod was replaced under the same name
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         self.limiter.acquire()
+        if self.direct is not None:
+            path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+            self.direct.post(path + "/binding", body)
+            return
+        # _preload_content=False: the response is a Status, not a Binding (client bug).
         resp = self.core.create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False, _request_timeout=self.timeout
+            name,
+            namespace,
+            body,  # type: ignore[arg-type]  # a dict is sent as it is
+            _preload_content=False,
+            _request_timeout=self.timeout,
         )
         _drain(resp)
 
