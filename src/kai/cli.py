@@ -250,6 +250,58 @@ def bench(scenarios, size, backend, repeat, json_file, no_memory, input_form, li
         b.write_json(json_file, results)
 
 
+@main.command()
+@click.argument("cluster", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--trace",
+    "trace",
+    required=True,
+    help="Workload: a CSV or Parquet trace, Alibaba's pai_job_table.csv, or "
+    "'synthetic[:jobs=N,span=DURATION,load=F]'.",
+)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    help="SchedulerConfiguration file (overrides one among the cluster files).",
+)
+@click.option("--period", default="10s", show_default=True, help="Scheduling period.")
+@click.option("--until", help="Stop at this simulated time (default: when all jobs are done).")
+@click.option("--html", is_flag=True, help="Also write report.html with interactive charts.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of a synthetic trace.")
+@click.option(
+    "--format",
+    "table_format",
+    type=click.Choice(["auto", "csv", "parquet"]),
+    default="auto",
+    show_default=True,
+    help="Tables as CSV or Parquet (auto: Parquet when pyarrow is installed).",
+)
+@_backend_option
+def replay(
+    cluster, trace, out_dir, config_file, period, until, html, seed, table_format, backend
+) -> None:
+    """Replay a workload trace on CLUSTER file(s), one real session per period."""
+    from kai.replay.command import run_replay
+
+    code = run_replay(
+        list(cluster),
+        trace,
+        out_dir,
+        config_file=config_file,
+        period=_duration_option("--period", period),
+        until=None if until is None else _duration_option("--until", until),
+        html=html,
+        seed=seed,
+        backend=backend,
+        table_format=table_format,
+        echo=lambda line: click.echo(line, err=True),
+    )
+    if code:
+        sys.exit(code)
+
+
 def _duration_option(name: str, value: str) -> float:
     from kai.api.quantity import parse_duration
 
