@@ -316,14 +316,21 @@ class Replay:
 
     def _arrive(self, now: float) -> None:
         batch: list[TraceJob] = []
-        while (job := self._peek()) is not None and job.submit_time <= now + 1e-9:
-            self._next_job = None
-            if job.key in self.records:
-                raise InputError(
-                    f"job {job.key} is in the trace twice", obj=_where(job), field="job"
-                )
-            self._check(job)
-            batch.append(job)
+        try:
+            while (job := self._peek()) is not None and job.submit_time <= now + 1e-9:
+                self._next_job = None
+                if job.key in self.records or any(j.key == job.key for j in batch):
+                    raise InputError(
+                        f"job {job.key} is in the trace twice", obj=_where(job), field="job"
+                    )
+                self._check(job)
+                batch.append(job)
+        except InputError:
+            self._add_jobs(batch, now)  # the entries read before the bad one still arrive
+            raise
+        self._add_jobs(batch, now)
+
+    def _add_jobs(self, batch: list[TraceJob], now: float) -> None:
         if not batch:
             return
         state = self._template.build(batch, self.start)

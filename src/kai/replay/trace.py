@@ -51,14 +51,20 @@ class TraceError(InputError):
     """A trace entry that cannot be read: names the file, line and column."""
 
     def __init__(
-        self, message: str, *, file: str, line: int | None = None, column: str | None = None
+        self,
+        message: str,
+        *,
+        file: str,
+        line: int | None = None,
+        column: str | None = None,
+        unit: str = "line",
     ) -> None:
-        self.line = line
+        self.line = line  # the line of a CSV file, the row (from 1) of a Parquet table
         self.column = column
         super().__init__(
             message,
             file=file,
-            obj=None if line is None else f"line {line}",
+            obj=None if line is None else f"{unit} {line}",
             field=column,
         )
 
@@ -313,12 +319,14 @@ def _column_ref(column: str, header: Sequence[str]) -> str:
     return column
 
 
-def _parse_located(values: dict[str, str], path: str, line: int, header: Sequence[str]) -> TraceJob:
+def _parse_located(
+    values: dict[str, str], path: str, line: int, header: Sequence[str], unit: str = "line"
+) -> TraceJob:
     try:
         return parse_row(values)
     except _ColumnError as err:
         raise TraceError(
-            err.message, file=path, line=line, column=_column_ref(err.column, header)
+            err.message, file=path, line=line, column=_column_ref(err.column, header), unit=unit
         ) from None
 
 
@@ -345,10 +353,12 @@ def read_parquet(path: str) -> list[TraceJob]:
         values = {
             name: "" if col[i] is None else _cell_text(col[i]) for name, col in columns.items()
         }
-        # Rows are numbered from 1, as a reader of the table counts them.
-        job = _parse_located(values, path, i + 1, header)
+        # Rows are numbered from 1, as a person reading the table counts them.
+        job = _parse_located(values, path, i + 1, header, unit="row")
         if job.key in seen:
-            raise TraceError(f"job {job.key} is also in row {seen[job.key]}", file=path, line=i + 1)
+            raise TraceError(
+                f"job {job.key} is also in row {seen[job.key]}", file=path, line=i + 1, unit="row"
+            )
         seen[job.key] = i + 1
         jobs.append(job)
     jobs.sort(key=lambda j: j.submit_time)
