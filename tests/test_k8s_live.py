@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 import time
@@ -19,6 +20,7 @@ from kai.k8s.leader import LeaderElector
 from kai.k8s.scheduler import Scheduler, SchedulerOptions
 from kai.k8s.server import parse_listen_address
 from kai.snapshot.builder import GPU_GROUP_LABEL
+from kai.snapshot.loader import convert_object
 from tests import factory as f
 from tests.fake_apiserver import FakeApiServer
 
@@ -114,6 +116,37 @@ def test_cache_syncs_then_follows_the_watch(api: FakeApiServer, client: KubeClie
         api.delete("Pod", "p2", "default")
         assert api.wait_for(lambda: cache.count("Pod") == 1)
         assert api.list_count["pods"] == 1  # no relist needed
+    finally:
+        cache.stop()
+
+
+def test_a_pod_handed_to_the_binder_is_seen_bound_then_pending_again(
+    api: FakeApiServer, client: KubeClient
+) -> None:
+    api.put(f.node("n1"))
+    api.put(f.pod("p1", gpus=1))
+    cache = ClusterCache(client, retry_backoff=0.05)
+    cache.start()
+    try:
+        assert cache.wait_for_sync(5)
+        observed = cache.get("Pod", "default", "p1")
+        before = copy.deepcopy(observed)
+        pending = cache.snapshot().objects.pods[0]
+
+        cache.assume_bound("default", "p1", "n1")
+        bound = cache.snapshot().objects.pods[0]
+        # The same pod as the API server would give it once bound, without a second parse
+        # and without touching the object the watch brought.
+        assert bound == convert_object(
+            {**observed, "spec": {**observed["spec"], "nodeName": "n1"}}, file="Pod from the API"
+        )
+        assert bound.node_name == "n1" and pending.node_name is None
+        assert observed == before
+
+        cache.forget_bound("default", "p1")
+        again = cache.snapshot().objects.pods[0]
+        assert again.node_name is None
+        assert cache.get("Pod", "default", "p1") == before
     finally:
         cache.stop()
 

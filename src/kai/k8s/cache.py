@@ -17,6 +17,7 @@ serve (404) or does not let us read (403) is empty, as an absent CRD is.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -47,6 +48,19 @@ Key = tuple[str, str | None, str]  # (kind, namespace, name)
 def object_key(kind: str, obj: dict) -> Key:
     meta = obj.get("metadata") or {}
     return kind, meta.get("namespace") or None, str(meta.get("name") or "")
+
+
+# The tag of a pod whose bind is in flight: the observed version, assumed on its node.
+BINDING_TAG = "~binding"
+
+
+def _with_node(raw: dict, node: str | None) -> dict:
+    """A copy of a pod with ``spec.nodeName`` set (or removed): only the two dicts on the
+    way are copied, the rest is shared (stored objects are never changed in place)."""
+    spec = {k: v for k, v in (raw.get("spec") or {}).items() if k != "nodeName"}
+    if node is not None:
+        spec["nodeName"] = node
+    return {**raw, "spec": spec}
 
 
 def _rv_int(obj: dict | None) -> int | None:
@@ -280,9 +294,8 @@ class ClusterCache:
                 if (obj.get("spec") or {}).get("nodeName"):
                     del self._binding[pod]  # observed bound: the assumption is done
                 else:
-                    obj = copy.deepcopy(obj)
-                    obj.setdefault("spec", {})["nodeName"] = node
-                    tag += "~binding"
+                    obj = _with_node(obj, node)
+                    tag += BINDING_TAG
         return _Entry(obj, tag)
 
     def assume_bound(self, namespace: str, name: str, node: str) -> None:
@@ -301,10 +314,9 @@ class ClusterCache:
                 return
             key = ("Pod", namespace, name)
             entry = self._store.get("Pod", {}).get(key)
-            if entry is not None and entry.tag.endswith("~binding"):
-                raw = copy.deepcopy(entry.raw)
-                raw.get("spec", {}).pop("nodeName", None)
-                self._store["Pod"][key] = _Entry(raw, entry.tag.removesuffix("~binding"))
+            if entry is not None and entry.tag.endswith(BINDING_TAG):
+                raw = _with_node(entry.raw, None)
+                self._store["Pod"][key] = _Entry(raw, entry.tag.removesuffix(BINDING_TAG))
 
     @property
     def binds_in_flight(self) -> int:
@@ -374,7 +386,16 @@ class ClusterCache:
         for kind, key, entry in entries:
             seen.add(key)
             cached = self._converted.get(key)
-            if cached is None or cached[0] != entry.tag:
+            if (
+                cached is not None
+                and entry.tag == cached[0] + BINDING_TAG
+                and isinstance(cached[1], PodObject)
+            ):
+                # Handed to the binder: the same pod, on its node (no second parse).
+                node = entry.raw["spec"]["nodeName"]
+                cached = (entry.tag, dataclasses.replace(cached[1], node_name=node))
+                self._converted[key] = cached
+            elif cached is None or cached[0] != entry.tag:
                 try:
                     value: Any = convert_object(entry.raw, file=f"{kind} from the API")
                 except InputError as err:
