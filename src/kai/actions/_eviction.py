@@ -13,6 +13,7 @@ from kai.api.model import Job, Task
 from kai.framework.session import Session
 from kai.solvers import ActionBudget, JobSolver, SearchLimits
 from kai.solvers.job_solver import STOP_REASONS
+from kai.solvers.pending import POOL_KEY, PendingPool
 from kai.solvers.simulate import Validator
 from kai.solvers.victims import VictimPool, potential_victim
 
@@ -87,43 +88,55 @@ def run_eviction_action(
             if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
         ]
 
-    while True:
-        job = queue.pop()
-        if job is None:
-            return
-        if not admit(job):
-            continue
-        tasks = tasks_to_allocate(ssn, job)
-        if not tasks:
-            continue
-        equivalent = failed.equivalent_failed(job) if failed is not None else None
-        if equivalent is not None:
-            ssn.record_fit_error(
-                job,
-                f"{action.capitalize()}: skipped, equivalent to already failed job "
-                f"{equivalent.key}",
-            )
-            continue
-        problem = victim_invariant_problem(ssn, job, tasks)
-        if problem:
-            ssn.record_fit_error(job, problem)
-            continue
-        ssn.on_job_solution_start()
-        solver = JobSolver(ssn, budget, validator(job), action, partial(victims_of, job))
-        result = solver.solve(job)
-        if result.solved and result.statement is not None:
-            touched = {op.task.job for op in result.statement.ops}
-            result.statement.commit()
-            if pool is not None:
-                pool.update(touched)
-            continue
-        if result.reason in STOP_REASONS:
-            return  # out of time, or nothing can ever be solved (no generator)
-        if not result.solved:
-            ssn.record_fit_error(
-                job,
-                f"{action.capitalize()}: no set of victims the plugins accept makes room "
-                f"for the job ({str(result.reason).replace('_', ' ')})",
-            )
-            if failed is not None:
-                failed.failed(job)
+    # The jobs with pending tasks, which order every simulation's re-allocation queue.
+    pending = PendingPool.for_session(ssn)
+
+    def solve_in_order() -> None:
+        while True:
+            job = queue.pop()
+            if job is None:
+                return
+            if not admit(job):
+                continue
+            tasks = tasks_to_allocate(ssn, job)
+            if not tasks:
+                continue
+            equivalent = failed.equivalent_failed(job) if failed is not None else None
+            if equivalent is not None:
+                ssn.record_fit_error(
+                    job,
+                    f"{action.capitalize()}: skipped, equivalent to already failed job "
+                    f"{equivalent.key}",
+                )
+                continue
+            problem = victim_invariant_problem(ssn, job, tasks)
+            if problem:
+                ssn.record_fit_error(job, problem)
+                continue
+            ssn.on_job_solution_start()
+            solver = JobSolver(ssn, budget, validator(job), action, partial(victims_of, job))
+            result = solver.solve(job)
+            if result.solved and result.statement is not None:
+                touched = {op.task.job for op in result.statement.ops}
+                result.statement.commit()
+                if pool is not None:
+                    pool.update(touched)
+                if pending is not None:
+                    pending.update(touched)
+                continue
+            if result.reason in STOP_REASONS:
+                return  # out of time, or nothing can ever be solved (no generator)
+            if not result.solved:
+                ssn.record_fit_error(
+                    job,
+                    f"{action.capitalize()}: no set of victims the plugins accept makes room "
+                    f"for the job ({str(result.reason).replace('_', ' ')})",
+                )
+                if failed is not None:
+                    failed.failed(job)
+
+    ssn.cache[POOL_KEY] = pending
+    try:
+        solve_in_order()
+    finally:
+        ssn.cache.pop(POOL_KEY, None)

@@ -201,22 +201,28 @@ class JobQueue:
             cand = self._best(name, memo)
             if cand is None:
                 continue
-            if best is None or self._better(name, cand[1], best_name, best[1]):
+            if best is None or self._better(name, cand, best_name, best):
                 best, best_name = cand, name
         return best
 
-    def _better(self, lname: str, ljob: Job, rname: str | None, rjob: Job) -> bool:
+    def _better(
+        self, lname: str, left: tuple[str, Job], rname: str | None, right: tuple[str, Job]
+    ) -> bool:
+        """Whether queue ``lname`` (its best leaf and job: ``left``) goes before ``rname``."""
         if not rname:
             return False
         queues = self.ssn.queues
         lq, rq = queues.get(lname), queues.get(rname)
         if lq is None or rq is None:
             return False
+        ljob, rjob = left[1], right[1]
         if self.victim_mode:
-            result = self.ssn.queue_order(
-                lq, rq, ljob, rjob, self.popped.get(lname, []), self.popped.get(rname, [])
-            )
-            return result > 0
+            # Each side is its best leaf: the victims already taken from that leaf and
+            # the leaf's next job, all as victims (no pending job).
+            popped = self.popped
+            lvictims = [*popped.get(left[0], ()), ljob]
+            rvictims = [*popped.get(right[0], ()), rjob]
+            return self.ssn.queue_order(lq, rq, None, None, lvictims, rvictims) > 0
         memo = self._memo
         if memo is None:
             return self.ssn.queue_order(lq, rq, ljob, rjob) < 0
@@ -237,8 +243,7 @@ class JobQueue:
         leaf, _ = best
         entry = heapq.heappop(self.heaps[leaf])
         if self.victim_mode:
-            for name in self.ssn.queue_path(leaf):
-                self.popped.setdefault(name, []).append(entry.job)
+            self.popped.setdefault(leaf, []).append(entry.job)
         return entry.job
 
 

@@ -431,6 +431,9 @@ class NodeTable:
         # Bumped on every change of the capacity matrices (add_task / remove_task), so
         # results computed from them can be cached until the next change.
         self.version = 0
+        # Moved victims (evicted, then placed on another node in this session) -> the
+        # node they still run on, whose capacity they hold as releasing until they go.
+        self.held: dict[Task, int] = {}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -499,6 +502,27 @@ class NodeTable:
         self.tasks[i].discard(task)
         if task.is_shared_gpu and task.gpu_group is not None:
             self._update_group(task, -1)
+
+    def hold(self, task: Task, node: int) -> None:
+        """Keep ``task``'s request releasing on ``node`` (the node a moved victim runs on,
+        which frees the capacity only when its pod terminates: something may be
+        pipelined onto it in this session, nothing bound)."""
+        self.version += 1
+        r = task.request
+        self.used[node] += r
+        self.releasing[node] += r
+        self.idle[node] -= r
+        self.held[task] = node
+
+    def unhold(self, task: Task) -> int:
+        """Undo :meth:`hold`; the node it was held on."""
+        node = self.held.pop(task)
+        self.version += 1
+        r = task.request
+        self.used[node] -= r
+        self.releasing[node] -= r
+        self.idle[node] += r
+        return node
 
     def _update_group(self, task: Task, sign: int) -> None:
         i = task.node

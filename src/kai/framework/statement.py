@@ -12,6 +12,10 @@ or pipeline decision: a pod the cluster has not bound returns to pending, and a 
 victim (bound, evicted and pipelined elsewhere earlier in the session) returns to
 releasing on its own node, evicted once.  No second eviction leaves the session, and
 the capacity the placement held is free again, so nothing is pipelined onto it twice.
+
+A moved victim's old place stays releasing for the rest of the session (its pod runs
+there until it terminates): pods may be pipelined onto it, never bound.  (Whole-GPU
+pods; a fractional pod's device share is freed at once.)
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ class _Op:
     # An evict op undone by a later "unevict" op (which refers to it by ``ref``).
     undone: bool = False
     ref: _Op | None = None
+    # The node where this op made (place) or dropped (unplace) a moved victim's hold.
+    held: int = -1
 
 
 class Statement:
@@ -86,9 +92,20 @@ class Statement:
     def _place(
         self, task: Task, node: int, gpu_group: str | None, status: TaskStatus, kind: str
     ) -> None:
-        self._record(kind, task)
+        op = self._record(kind, task)
         was_evicted = task.virtually_evicted
+        old = task.node
+        moved = (
+            was_evicted
+            and task.status is TaskStatus.RELEASING
+            and 0 <= old != node
+            and not task.is_shared_gpu
+        )
         self._detach(task)
+        if moved:
+            # Its pod still runs there: the old place stays releasing until it goes.
+            self.ssn.nodes.hold(task, old)
+            op.held = old
         task.status = status
         task.node = node
         if task.is_shared_gpu:
@@ -112,11 +129,14 @@ class Statement:
 
     def _unplace(self, task: Task, reason: str) -> None:
         """Undo this session's placement of a task instead of evicting it."""
-        self._record("unplace", task, reason)
+        op = self._record("unplace", task, reason)
         self._detach(task)
+        nodes = self.ssn.nodes
+        if task in nodes.held:
+            op.held = nodes.unhold(task)  # releasing on its own node again, as itself
         if task.pod.node_name:
             # A moved victim: back to releasing where it runs, on its own device.
-            task.node = self.ssn.nodes.index[task.pod.node_name]
+            task.node = nodes.index[task.pod.node_name]
             task.status = TaskStatus.RELEASING
             task.virtually_evicted = True
             if task.is_shared_gpu:
@@ -182,6 +202,11 @@ class Statement:
             self.ssn.fire_deallocate(task)
             return
         self._detach(task)
+        if op.held >= 0:
+            if op.kind == "unplace":
+                self.ssn.nodes.hold(task, op.held)
+            else:
+                self.ssn.nodes.unhold(task)
         task.status = op.prev_status
         task.node = op.prev_node
         task.gpu_group = op.prev_group

@@ -4,9 +4,11 @@ For a pending job with ``n`` tasks to place, every registered generator in turn 
 a probe progression: solve the first k = 1, 2, 4, ..., n tasks (doubling, capped at n)
 until a probe fails, then binary-search between the last success and the failed k; the
 victims a successful probe used (evicted or moved) become the *recorded victims* that
-later probes start from.  Unless the whole job already failed from the same recorded
-victims, a final probe at k = n follows.  Only a successful probe at k = n is kept;
-the others are rolled back.  Scenarios that failed are fingerprinted and never
+later probes start from.  A final probe at k = n follows, from the recorded victims of
+the last success (unless the whole job already failed from the very same ones, or the
+last success was at k = n and used every victim it simulated: the final probe would
+simulate the same scenario again).  Only a successful probe at k = n is kept; the
+others are rolled back.  Scenarios that failed are fingerprinted and never
 simulated twice for the same job.
 """
 
@@ -147,9 +149,13 @@ class JobSolver:
                 return self._stopped(job_budget)
             if got.sim is None:
                 break
-            if k == n:
+            if k == n and not got.sim.put_back:
                 return self._solved(got.sim, job_budget)
             best, recorded = k, self._used(got.sim)
+            if k == n:
+                assert got.sim.statement is not None
+                got.sim.statement.discard()  # probed again from the victims it used
+                return self._final(lambda: probe(n), job_budget)
             k = min(2 * k, n)
         if best == 0:
             return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
@@ -168,7 +174,10 @@ class JobSolver:
         if k == n and best == last:
             # The whole job already failed from these very recorded victims.
             return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
-        final = probe(n)
+        return self._final(lambda: probe(n), job_budget)
+
+    def _final(self, probe: Callable[[], _Probe], job_budget: JobBudget) -> SolveResult:
+        final = probe()
         if final.reason == DEADLINE_EXHAUSTED:
             return self._stopped(job_budget)
         if final.sim is None:

@@ -1,7 +1,8 @@
 """Exact simulation of one scenario through a statement (the by-pod solver).
 
-Evict every victim, then run the allocation loop restricted to the victims' jobs and
-the pending job, in the normal queue-tree order, on the feasible nodes plus the
+Evict every victim, then run the allocation loop over the victims' jobs and the
+pending job (the part being probed), in the normal queue-tree order among every job
+with a pending task (:mod:`kai.solvers.pending`), on the feasible nodes plus the
 victims' nodes; every placement is a pipeline (a victim put back where it was is simply
 un-evicted).  The pending job must be placed whole; victims that found no place stay
 Releasing.  The scenario must then pass the validator.  Anything else rolls back.
@@ -27,6 +28,7 @@ class Simulation:
     statement: Statement | None = None
     preempted: list[Task] | None = None  # victims still Releasing
     moved: list[Task] | None = None  # victims pipelined elsewhere
+    put_back: int = 0  # victims un-evicted where they were
 
 
 Validator = Callable[[Scenario, list[Task], list[Task]], bool]
@@ -125,7 +127,7 @@ def simulate(
     action: str,
 ) -> Simulation:
     from kai.actions.common import allocate_job
-    from kai.solvers.order import job_queue
+    from kai.solvers.pending import partial_view, simulation_queue
 
     victims = scenario.victim_tasks()
     if not victims:
@@ -138,7 +140,8 @@ def simulate(
         within[task.node] = True
         stmt.evict(task, reason)
     victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
-    queue = job_queue(ssn, [*victim_jobs, preemptor])
+    view = partial_view(preemptor, scenario.pending)
+    queue = simulation_queue(ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
     placed = False
     room = _GpuRoom(ssn, within)
     least = _least_gpu_need(victim_jobs)
@@ -150,7 +153,7 @@ def simulate(
         job = queue.pop()
         if job is None:
             break
-        if job is preemptor:
+        if job is view:
             if not place_tasks(ssn, stmt, job, scenario.pending, within):
                 stmt.discard()
                 return Simulation(False)
@@ -171,4 +174,4 @@ def simulate(
     if not validator(scenario, preempted, moved):
         stmt.discard()
         return Simulation(False)
-    return Simulation(True, stmt, preempted, moved)
+    return Simulation(True, stmt, preempted, moved, len(victims) - len(preempted) - len(moved))

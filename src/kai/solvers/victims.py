@@ -432,6 +432,5 @@ class PoolVictimQueue(JobQueue):
             return None
         leaf_name, _ = best
         job = self.leaves[leaf_name].pop()
-        for name in self.ssn.queue_path(leaf_name):
-            self.popped.setdefault(name, []).append(job)
+        self.popped.setdefault(leaf_name, []).append(job)
         return job

@@ -1,0 +1,220 @@
+"""The re-allocation queue of a scenario simulation.
+
+A simulation re-places the victims' jobs and the preemptor in queue order, and that
+order is decided among *every* job with a pending task, as a scheduling pass would see
+them: the other pending jobs are skipped when popped, but until then each one stands
+for its leaf queue whenever queues are compared (its request decides whether the queue
+is starved, its dominant share with the job, ...).  The preemptor stands there as the
+part being probed (its allocated pods and the probe's pending tasks).
+
+Scanning every job of the session per simulation would cost more than the simulation,
+so the jobs with pending tasks are kept per leaf queue, sorted by job order key, for a
+whole action (:class:`PendingPool`, re-keyed after each commit), and a simulation's
+queue (:class:`SimulationQueue`) reads those lists with the participants laid over
+them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
+from itertools import count
+from typing import Any
+
+from kai.actions.common import JobQueue
+from kai.api.model import ACTIVE_ALLOCATED, Job, Task
+from kai.framework.session import Session
+from kai.solvers.order import job_order_key
+
+#: Where an eviction action keeps its pool for the simulations (``ssn.cache``).
+POOL_KEY = "solver.pending_pool"
+
+
+class PendingPool:
+    """Jobs with a pending task per leaf queue, ascending by order key."""
+
+    def __init__(self, ssn: Session, key: Callable[[Job], Any]) -> None:
+        self.ssn = ssn
+        self.key = key
+        self._seq = count()
+        self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
+        self.entries: dict[Job, tuple[Any, int, Job]] = {}
+        for job in ssn.jobs.values():
+            if job.queue in ssn.queues and job.has_pending():
+                entry = (key(job), next(self._seq), job)
+                self.entries[job] = entry
+                self.leaves.setdefault(job.queue or "", []).append(entry)
+        for entries in self.leaves.values():
+            entries.sort()
+
+    @classmethod
+    def for_session(cls, ssn: Session) -> PendingPool | None:
+        """A pool, or None when some job-order function has no order key."""
+        key = job_order_key(ssn)
+        return None if key is None else cls(ssn, key)
+
+    def update(self, jobs: Iterable[Job]) -> None:
+        """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool."""
+        for job in dict.fromkeys(jobs):
+            leaf = job.queue or ""
+            old = self.entries.pop(job, None)
+            if old is not None:
+                entries = self.leaves[leaf]
+                del entries[bisect_left(entries, old)]
+            if job.queue in self.ssn.queues and job.has_pending():
+                entry = (self.key(job), next(self._seq), job)
+                self.entries[job] = entry
+                insort(self.leaves.setdefault(leaf, []), entry)
+
+
+class _Leaf:
+    """One leaf of a simulation queue: the pool's sorted jobs (read from ``pos``, the
+    participants' real jobs left out) merged with the participants' sorted entries."""
+
+    __slots__ = ("base", "pos", "own", "left", "skip")
+
+    def __init__(self, base: list[tuple[Any, int, Job]], skip: set[Job]) -> None:
+        self.base = base
+        self.pos = 0
+        self.own: list[tuple[Any, int, Job]] = []
+        self.left = 0  # participants not yet popped
+        self.skip = skip
+
+    def _base_head(self) -> tuple[Any, int, Job] | None:
+        base, skip = self.base, self.skip
+        while self.pos < len(base):
+            entry = base[self.pos]
+            if entry[2] not in skip:
+                return entry
+            self.pos += 1
+        return None
+
+    def head(self) -> Job | None:
+        base = self._base_head()
+        own = self.own[0] if self.own else None
+        if base is None:
+            return None if own is None else own[2]
+        if own is None or base[:2] < own[:2]:
+            return base[2]
+        return own[2]
+
+    def pop(self) -> Job:
+        base = self._base_head()
+        if self.own and (base is None or self.own[0][:2] <= base[:2]):
+            self.left -= 1
+            return self.own.pop(0)[2]
+        assert base is not None
+        self.pos += 1
+        return base[2]
+
+
+class SimulationQueue(JobQueue):
+    """The jobs with a pending task (``pool``) and the ``participants`` (the victims' jobs
+    and the preemptor's view, standing in for ``replaces``: the real jobs they are), in
+    normal queue order.  :meth:`pop` returns participants only: the other jobs are
+    popped and skipped as the order reaches them.
+    """
+
+    def __init__(
+        self, ssn: Session, pool: PendingPool, participants: list[Job], replaces: set[Job]
+    ) -> None:
+        super().__init__(ssn, [])
+        self.leaves: dict[str, _Leaf] = {}
+        for name, base in pool.leaves.items():
+            if base:
+                self.leaves[name] = _Leaf(base, replaces)
+                self._link(name)
+        seq = count(-len(participants))  # before a pool entry of an equal key
+        for job in participants:
+            name = job.queue or ""
+            leaf = self.leaves.get(name)
+            if leaf is None:
+                leaf = self.leaves[name] = _Leaf([], replaces)
+                self._link(name)
+            insort(leaf.own, (pool.key(job), next(seq), job))
+            leaf.left += 1
+        self.remaining = len(participants)
+        self.participants = set(participants)
+
+    def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
+        if name in memo:
+            return memo[name]
+        leaf = self.leaves.get(name)
+        job = leaf.head() if leaf is not None else None
+        if job is not None:
+            result: tuple[str, Job] | None = (name, job)
+        else:
+            result = self._best_among(self.children.get(name, []), memo)
+        memo[name] = result
+        return result
+
+    def pop(self) -> Job | None:
+        while self.remaining:
+            live = [leaf for leaf in self.leaves.values() if leaf.left]
+            if len(live) == 1:
+                # No other leaf has a participant left: skipping jobs of other leaves
+                # changes nothing, so this leaf's participants come in its own order.
+                leaf = live[0]
+                leaf.left -= 1
+                self.remaining -= 1
+                return leaf.own.pop(0)[2]
+            best = self._best_among(self.children.get(None, []), {})
+            if best is None:
+                return None
+            job = self.leaves[best[0]].pop()
+            if job in self.participants:
+                self.remaining -= 1
+                return job
+        return None
+
+    def empty(self) -> bool:
+        return not self.remaining
+
+    def __len__(self) -> int:
+        return self.remaining
+
+
+def simulation_queue(ssn: Session, participants: list[Job], replaces: set[Job]) -> JobQueue:
+    """The re-allocation queue of one simulation (see the module docstring)."""
+    pool = ssn.cache.get(POOL_KEY)
+    if pool is None:
+        pool = PendingPool.for_session(ssn)
+    if pool is not None:
+        return SimulationQueue(ssn, pool, participants, replaces)
+    # Some job order has no sort key: the pending jobs by pairwise comparison.
+    from kai.actions.common import JobQueue as _Queue
+
+    others = [
+        job
+        for job in ssn.jobs.values()
+        if job not in replaces and job.queue in ssn.queues and job.has_pending()
+    ]
+    return _FilteredQueue(_Queue(ssn, [*others, *participants]), set(participants))
+
+
+class _FilteredQueue(JobQueue):
+    """A job queue that pops only the participants (the others are skipped)."""
+
+    def __init__(self, inner: JobQueue, participants: set[Job]) -> None:
+        super().__init__(inner.ssn, [])
+        self.inner = inner
+        self.participants = participants
+
+    def pop(self) -> Job | None:
+        while True:
+            job = self.inner.pop()
+            if job is None or job in self.participants:
+                return job
+
+
+def partial_view(job: Job, pending: list[Task]) -> Job:
+    """The part of ``job`` a probe places: its allocated pods and the probe's pending
+    tasks, its gang minimum capped at their number."""
+    tasks = [t for t in job.tasks if t.status in ACTIVE_ALLOCATED]
+    tasks.extend(pending)
+    view = job.with_tasks(tasks)
+    view.min_member = min(job.min_member, len(tasks))
+    return view
+
+
+__all__ = ["POOL_KEY", "PendingPool", "SimulationQueue", "partial_view", "simulation_queue"]
