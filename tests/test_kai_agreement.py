@@ -1,0 +1,108 @@
+"""Small clusters on which kai decides pod by pod as KAI-Scheduler does.
+
+Each test states the cluster, the actions and the end status and node of every pod, the
+way KAI-Scheduler's action tests are written. They were found by comparing the two on
+random clusters (``ci/oracle/``) and shrunk to a few jobs; the expected end states are
+KAI-Scheduler's.
+
+Conventions (those of ``ci/oracle``): nodes have unlimited CPU and memory; a pod asks
+for 1 CPU, 1G and its GPUs; jobs are listed oldest first after a stable sort by
+priority; leaf queue k (and department k) was created k minutes after the session's
+start; a department's GPU over-quota weight is its deserved GPUs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from tests._kai_cluster import NOW, J, T, build, run, statuses, ts
+
+
+def _queue(name: str, deserved: float, limit: float, weight: float, parent: str | None, k: int):
+    spec: dict[str, Any] = {
+        "resources": {
+            "gpu": {"quota": deserved, "limit": limit, "overQuotaWeight": weight},
+            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
+        }
+    }
+    if parent:
+        spec["parentQueue"] = parent
+    return {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "metadata": {"name": name, "creationTimestamp": ts(NOW + timedelta(minutes=k))},
+        "spec": spec,
+    }
+
+
+def dept(name: str, deserved: float, limit: float, k: int) -> dict:
+    """A department (top-level queue), the k-th created."""
+    return _queue(name, deserved, limit, deserved if deserved >= 0 else 1, None, k)
+
+
+def leaf(name: str, deserved: float, limit: float, weight: float, parent: str, k: int) -> dict:
+    """A leaf queue under ``parent`` (``default``: the unlimited department), the k-th created."""
+    return _queue(name, deserved, limit, weight, parent, k)
+
+
+def test_reclaim_moved_victim_keeps_its_old_place_releasing() -> None:
+    # Reclaim for j00 evicts the whole gang j01 (one 2-GPU pod on each 2-GPU node) and
+    # re-places it. The pod moved first frees nothing on its old node: it runs there
+    # until it terminates, so that place stays releasing and the second pod is moved to
+    # node6 too instead of onto the first pod's old place.
+    nodes = {"node0": 2, "node2": 2, "node6": 8}
+    queues = [
+        leaf("q0", 0, -1, 1, "default", 0),
+        leaf("q1", 7, -1, 1, "default", 1),
+    ]
+    jobs = [
+        J("j00", "q1", [T("Pending")], gpus=1, priority=50),
+        J("j01", "q0", [T("Running", "node0"), T("Running", "node2")], gpus=2, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["reclaim"])
+    assert statuses(result) == {
+        "j00-0": ("Pipelined", "node6"),
+        "j01-0": ("Pipelined", "node6"),
+        "j01-1": ("Pipelined", "node6"),
+    }
+
+
+def test_preempt_replaces_victims_in_queue_order_after_the_preemptor() -> None:
+    # The non-preemptible j02 is placed first (pipelined: a simulation places nothing on
+    # idle capacity), then the evicted victim gang j01 in queue order: its pod from node0
+    # moves next to its other pod on node3, the fuller node.
+    nodes = {"node0": 4, "node2": 1, "node3": 8}
+    queues = [leaf("q1", 11, -1, 1, "default", 0)]
+    jobs = [
+        J("j02", "q1", [T("Pending")], gpus=1, priority=100),
+        J("j01", "q1", [T("Running", "node0"), T("Running", "node3")], gpus=4, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["preempt"])
+    assert statuses(result) == {
+        "j01-0": ("Pipelined", "node3"),
+        "j01-1": ("Running", "node3"),
+        "j02-0": ("Pipelined", "node2"),
+    }
+
+
+def test_consolidation_moves_the_victim_it_evicted() -> None:
+    # Consolidation for the 4-GPU j00 evicts j03 and re-places both in queue order among
+    # the pending jobs: j00 lands on node6 and j03, evicted, is moved to node5 (the
+    # fullest node it fits on) rather than back to node1.
+    nodes = {"node1": 4, "node5": 1, "node6": 4}
+    departments = [dept("d0", 30, -1, 0)]
+    queues = [
+        leaf("q2", 0, -1, 1, "d0", 0),
+        leaf("q3", 0, -1, 1, "d0", 1),
+    ]
+    jobs = [
+        J("j00", "q3", [T("Pending")], gpus=4, priority=50),
+        J("j03", "q2", [T("Running", "node1")], gpus=1, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs, departments=departments), ["consolidation"])
+    assert statuses(result) == {
+        "j00-0": ("Pipelined", "node6"),
+        "j03-0": ("Pipelined", "node5"),
+    }
