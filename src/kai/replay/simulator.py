@@ -191,7 +191,9 @@ class Replay:
         self._finishes: list[tuple[float, int, str, int]] = []  # (time, seq, job, run_id)
         self._timers: list[float] = []
         self._seq = 0
-        self._live: dict[str, Job] = {}  # jobs in the state, by key
+        # Jobs in the state, by key.  Pods in the cluster files are background load:
+        # scheduled like the rest, but not in the per-job figures.
+        self._live: dict[str, Job] = dict(self.state.jobs)
         self._pending_jobs: set[str] = set()
         self._min_runtimes = _min_runtimes(config, cluster)
         self._allocated: dict[str, float] = dict.fromkeys(queues, 0.0)  # GPUs
@@ -212,6 +214,11 @@ class Replay:
         if self._usage is not None:
             self.result.usage_source = "simulated history"
         self._jobs_dirty = False
+        # The state's flat task list is read only by plugins that look at every pod on
+        # the nodes (load-aware scheduling); sessions of other plugins skip keeping it.
+        self._task_list = any(
+            option.name == "loadaware" for tier in config.tiers for option in tier
+        )
         self._fair_share: dict[str, float] = {}
         self.last_decisions: list[Decision] = []  # the last session's decisions
         # Hooks for tests and progress displays: called after every session.
@@ -361,11 +368,23 @@ class Replay:
             )
 
     def _sync_jobs(self) -> None:
-        """Make the state's job dict and task list hold the live jobs, in name order
-        (the order a state built from manifests has)."""
+        """Make the state's job dict hold the live jobs in name order (the order a
+        state built from manifests has), and its task list their tasks."""
         state = self.state
-        state.jobs = {key: self._live[key] for key in sorted(self._live)}
-        state.tasks = [t for job in state.jobs.values() for t in job.tasks]
+        jobs = state.jobs
+        live = self._live
+        # Finished jobs leave; arrivals mostly come in name order and are appended.
+        for key in [k for k in jobs if k not in live]:
+            del jobs[key]
+        last = next(reversed(jobs), "") if jobs else ""
+        new = sorted(k for k in live if k not in jobs)
+        if new and new[0] < last:
+            state.jobs = jobs = {key: live[key] for key in sorted(live)}
+        else:
+            for key in new:
+                jobs[key] = live[key]
+        if self._task_list:
+            state.tasks = [t for job in jobs.values() for t in job.tasks]
         self._jobs_dirty = False
 
     # ------------------------------------------------------------------ sessions
@@ -424,7 +443,7 @@ class Replay:
             for task in list(held):
                 nodes.unhold(task)
         for key, job in touched.items():
-            record = self.records[key]
+            record = self.records.get(key)
             for task in job.tasks:
                 status = task.status
                 task.virtually_evicted = False
@@ -440,6 +459,8 @@ class Replay:
             if job.new_start_timestamp is not None:
                 job.last_start_timestamp = job.new_start_timestamp
                 job.new_start_timestamp = None
+            if record is None:
+                continue  # background load
             if key in evicted and record.run_start is not None:
                 self._record_eviction(record, evicted[key], evicted_pods[key], now)
             running = sum(1 for t in job.tasks if t.status is _RUNNING)
