@@ -556,12 +556,12 @@ class NodeTable:
         """
         idle = any_ = -1.0
         for group in self.gpu_groups[i].values():
-            state = group.state()
-            if state == "empty":
+            # A device all of whose tenants are being released is offered as a whole
+            # releasing GPU instead: its room is not offered twice.
+            if group.state() != "busy":
                 continue
             idle = max(idle, group.free_idle())
-            if state != "releasing":
-                any_ = max(any_, group.free_counting_releasing())
+            any_ = max(any_, group.free_counting_releasing())
         self.shared_free_idle[i] = idle
         self.shared_free_any[i] = any_
 

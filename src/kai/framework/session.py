@@ -602,8 +602,10 @@ class Session:
         gpu = self.state.resources.index["nvidia.com/gpu"]
         portion = nodes.portions(task)
         valid = (portion > 0) & (portion <= 1.0 + 1e-9)
-        whole_idle = nodes.idle[:, gpu] >= 1.0 - 1e-9
         whole_any = nodes.idle[:, gpu] + nodes.releasing[:, gpu] >= 1.0 - 1e-9
+        # Pods pipelined onto a node are charged to its releasing capacity, which can go
+        # below zero while idle GPUs remain: those are promised, not free.
+        whole_idle = (nodes.idle[:, gpu] >= 1.0 - 1e-9) & whole_any
         idle_ok = valid & (whole_idle | (nodes.shared_free_idle + 1e-9 >= portion))
         any_ok = idle_ok | (valid & (whole_any | (nodes.shared_free_any + 1e-9 >= portion)))
         return any_ok, idle_ok
