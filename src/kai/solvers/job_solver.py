@@ -7,9 +7,11 @@ victims a successful probe used (evicted or moved) become the *recorded victims*
 later probes start from.  A final probe at k = n follows, from the recorded victims of
 the last success (unless the whole job already failed from the very same ones, or the
 last success was at k = n and used every victim it simulated: the final probe would
-simulate the same scenario again).  Only a successful probe at k = n is kept; the
-others are rolled back.  Scenarios that failed are fingerprinted and never
-simulated twice for the same job.
+simulate the same scenario again).  When every generator failed, each whose final
+probe failed from recorded victims probes k = n once more from none (a set that places
+the whole job may leave out victims the smaller probes needed).  Only a successful
+probe at k = n is kept; the others are rolled back.  Scenarios that failed are
+fingerprinted and never simulated twice for the same job.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kai.api.resources import GPU
 from kai.framework.session import Session
 from kai.framework.statement import Statement
 from kai.solvers.budget import ActionBudget, JobBudget
-from kai.solvers.generators import GENERATORS
+from kai.solvers.generators import GENERATORS, Generator
 from kai.solvers.scenario import (
     COUNT_SLACK,
     Fingerprint,
@@ -84,6 +86,8 @@ class JobSolver:
         self.validator = validator
         self.action = action
         self.candidates = candidates
+        # Generators whose final probe failed from recorded victims (see :meth:`solve`).
+        self._afresh: list[tuple[str, Generator]] = []
 
     def solve(self, job: Job) -> SolveResult:
         from kai.actions.common import tasks_to_allocate
@@ -103,6 +107,7 @@ class JobSolver:
         failed: set[Fingerprint] = set()
         feasible = feasible_nodes(ssn, tasks)
         victims = self.candidates()
+        self._afresh = []
         for name, gen in generators:
             result = self._search(job, tasks, name, gen, victims, feasible, failed, job_budget)
             if result.reason in STOP_REASONS:
@@ -111,6 +116,20 @@ class JobSolver:
                 if job.is_gang_satisfied() and job.count(ACTIVE_USED) > active_before:
                     return result
                 result.statement.discard()
+        # Last, the whole job from no recorded victims, by each generator whose final
+        # probe failed from them: they are victims of smaller probes, and every set
+        # that places the whole job may leave some of them out.
+        for name, gen in self._afresh:
+            got = self._probe(
+                job, tasks, [], name, gen, victims, feasible, failed, job_budget, keep=True
+            )
+            if got.reason == DEADLINE_EXHAUSTED:
+                return self._stopped(job_budget)
+            if got.sim is not None:
+                if job.is_gang_satisfied() and job.count(ACTIVE_USED) > active_before:
+                    return self._solved(got.sim, job_budget)
+                assert got.sim.statement is not None
+                got.sim.statement.discard()
         return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
 
     def _search(
@@ -141,6 +160,18 @@ class JobSolver:
                 keep=k == n,
             )
 
+        def finish(tried: bool) -> SolveResult:
+            """The final probe from the recorded victims, unless ``tried`` (it already
+            failed from them).  A failure from recorded victims is noted for a last
+            probe from none (see :meth:`solve`)."""
+            if tried:
+                result = SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
+            else:
+                result = self._final(lambda: probe(n), job_budget)
+            if not result.solved and result.reason != DEADLINE_EXHAUSTED and recorded:
+                self._afresh.append((name, gen))
+            return result
+
         # Doubling, capped at n so that the whole job is one of the probes.
         best, k = 0, 1
         while True:
@@ -155,7 +186,7 @@ class JobSolver:
             if k == n:
                 assert got.sim.statement is not None
                 got.sim.statement.discard()  # probed again from the victims it used
-                return self._final(lambda: probe(n), job_budget)
+                return finish(False)
             k = min(2 * k, n)
         if best == 0:
             return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
@@ -171,10 +202,8 @@ class JobSolver:
                 worst = mid
             else:
                 best, recorded = mid, self._used(got.sim)
-        if k == n and best == last:
-            # The whole job already failed from these very recorded victims.
-            return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
-        return self._final(lambda: probe(n), job_budget)
+        # Unless the whole job already failed from these very recorded victims.
+        return finish(k == n and best == last)
 
     def _final(self, probe: Callable[[], _Probe], job_budget: JobBudget) -> SolveResult:
         final = probe()
