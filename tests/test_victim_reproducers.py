@@ -1,0 +1,82 @@
+"""Small clusters on which the exhaustive victim oracle (tests/test_victim_oracle.py)
+found kai leaving a job pending or evicting more than needed: the cluster, the action,
+the end status of every pod."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import kai
+from tests._kai_cluster import J, T, build, queue, run, statuses
+
+
+def _with_devices(groups: dict[str, str]):
+    """Snapshot.from_objects that puts the fractional pods named in ``groups`` on the
+    shared device (gpu-group) given there."""
+    plain = kai.Snapshot.from_objects
+
+    def labelled(objs):
+        for obj in objs:
+            group = groups.get(obj["metadata"]["name"]) if obj["kind"] == "Pod" else None
+            if group:
+                obj["metadata"].setdefault("labels", {})["runai-gpu-group"] = group
+        return plain(objs)
+
+    return mock.patch.object(kai.Snapshot, "from_objects", labelled)
+
+
+def test_fractional_gang_does_not_count_gpus_promised_to_its_own_pods() -> None:
+    # n0 runs the 1-GPU victim v and has one idle GPU; n1 has one idle GPU.  Five
+    # half-GPU pods need three devices: evicting v gives them.  Pods pipelined onto a
+    # node are charged to its releasing GPUs, so n0 showed an idle GPU that its pipelined
+    # pods already held, was picked for the last pod and had no device for it.
+    snap = build(
+        {"n0": 2, "n1": 1},
+        [queue("q0", 0)],
+        [
+            J("v", "q0", [T("Running", "n0")], priority=10),
+            J("p", "q0", [T() for _ in range(5)], gpus=0.5, priority=50),
+        ],
+    )
+    st = statuses(run(snap, ["preempt"]))
+    assert st == {
+        "v-0": ("Releasing", "n0"),
+        "p-0": ("Pipelined", "n1"),
+        "p-1": ("Pipelined", "n1"),
+        "p-2": ("Pipelined", "n0"),
+        "p-3": ("Pipelined", "n0"),
+        "p-4": ("Pipelined", "n0"),
+    }
+
+
+def test_victim_whose_place_was_not_needed_stays_on_its_device() -> None:
+    # n2 (4 GPUs) runs a, one pod of the gang g, and device d3 shared by s (0.25) and u
+    # (0.25); n0 runs g's other pod; n1's device is shared by t (0.5).  The 2-pod job p
+    # evicts the gang g and takes n2's free GPU and g's.  s was a victim of the same
+    # scenario but its device still has room: it keeps running there instead of being
+    # moved to n1's device.
+    groups = {"s-0": "n2-d3", "u-0": "n2-d3", "t-0": "n1-d0"}
+    with _with_devices(groups):
+        snap = build(
+            {"n0": 1, "n1": 1, "n2": 4},
+            [queue("q0", 0)],
+            [
+                J("a", "q0", [T("Running", "n2")], priority=10),
+                J("g", "q0", [T("Running", "n2"), T("Running", "n0")], priority=10),
+                J("t", "q0", [T("Running", "n1")], gpus=0.5, priority=40),
+                J("s", "q0", [T("Running", "n2")], gpus=0.25, priority=10),
+                J("u", "q0", [T("Running", "n2")], gpus=0.25, priority=40),
+                J("p", "q0", [T(), T()], priority=50),
+            ],
+        )
+    st = statuses(run(snap, ["preempt"]))
+    assert st == {
+        "a-0": ("Running", "n2"),
+        "g-0": ("Releasing", "n2"),
+        "g-1": ("Releasing", "n0"),
+        "t-0": ("Running", "n1"),
+        "s-0": ("Running", "n2"),
+        "u-0": ("Running", "n2"),
+        "p-0": ("Pipelined", "n2"),
+        "p-1": ("Pipelined", "n2"),
+    }
