@@ -368,48 +368,96 @@ def rbac(kind: str) -> list[dict]:
     return [d for d in load(DEPLOY / "rbac.yaml") if d["kind"] == kind]
 
 
-# Every kubernetes-client method kai.k8s calls, with the permission it needs.  List
-# and watch calls are covered by the kinds they read (below).
+# The permission each request of kai.k8s's client needs.  List and watch requests are
+# covered by the kinds they read (below).
 WRITE_CALLS = {
-    "create_namespaced_pod_binding": ("", "pods/binding", "create"),
-    "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),
-    "delete_namespaced_pod": ("", "pods", "delete"),
-    "patch_namespaced_pod": ("", "pods", "patch"),
-    "patch_namespaced_pod_status": ("", "pods/status", "patch"),
-    "patch_namespaced_custom_object": (POD_GROUP.group, POD_GROUP.plural, "patch"),
-    "patch_namespaced_custom_object_status": (
-        POD_GROUP.group,
-        f"{POD_GROUP.plural}/status",
-        "patch",
-    ),
-    "create_namespaced_event": ("", "events", "create"),
+    "bind": ("", "pods/binding", "create"),
+    "evict": ("", "pods/eviction", "create"),
+    "delete_pod": ("", "pods", "delete"),
+    "patch_pod": ("", "pods", "patch"),
+    "patch_pod_status": ("", "pods/status", "patch"),
+    "patch_pod_group": (POD_GROUP.group, POD_GROUP.plural, "patch"),
+    "patch_pod_group_status": (POD_GROUP.group, f"{POD_GROUP.plural}/status", "patch"),
+    "create_event": ("", "events", "create"),
 }
 LEASE_CALLS = {
-    "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
-    "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
-    "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
+    "get_lease": ("coordination.k8s.io", "leases", "get"),
+    "create_lease": ("coordination.k8s.io", "leases", "create"),
+    "update_lease": ("coordination.k8s.io", "leases", "update"),
 }
-LIST_CALLS = {
-    "list_pod_for_all_namespaces",
-    "list_node",
-    "list_priority_class",
-    "list_cluster_custom_object",
-}
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
-def api_calls() -> set[str]:
-    """The methods called on the kubernetes client's API objects (``self.core = k8s.
-    CoreV1Api(...)`` and the like) anywhere in kai.k8s."""
-    sources = [p.read_text() for p in (ROOT / "src/kai/k8s").glob("*.py")]
-    apis = {a for s in sources for a in re.findall(r"\.(\w+) = k8s\.\w+Api\(", s)}
-    assert {"core", "custom"} <= apis
-    call = re.compile(rf"\.(?:{'|'.join(apis)})\.(\w+)\(")
-    return {m for s in sources for m in call.findall(s)}
+def _grant(method: str, url: str) -> tuple[str, str, str]:
+    """The (group, resource, verb) an API server checks for a request."""
+    path, _, query = url.partition("?")
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[:1] == ["namespaces"]:
+        rest = rest[2:]
+    resource = "/".join([rest[0], *rest[2:]])  # collection[/name[/subresource]]
+    if method == "GET":
+        verb = "watch" if "watch=true" in query else ("get" if len(rest) > 1 else "list")
+    else:
+        verb = _VERBS[method]
+    return group, resource, verb
 
 
-def test_every_api_call_is_known_to_this_test():
-    # A new call must be added here and to deploy/rbac.yaml.
-    assert api_calls() == set(WRITE_CALLS) | set(LEASE_CALLS) | LIST_CALLS
+def requests_made() -> dict[str, set[tuple[str, str, str]]]:
+    """Every public call of the client, run against a recording server: the permissions
+    its requests need, per call."""
+    import inspect
+
+    from kai.k8s.client import KubeClient
+    from tests.recording_server import recording_server
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "ns"}
+    lease = {"metadata": {"name": "l", "namespace": "ns"}, "spec": {}}
+    args = {
+        "bind": ("ns", "p", "n"),
+        "evict": ("ns", "p"),
+        "delete_pod": ("ns", "p"),
+        "patch_pod": ("ns", "p", {}),
+        "patch_pod_status": ("ns", "p", {}),
+        "patch_pod_group": ("ns", "g", {}),
+        "patch_pod_group_status": ("ns", "g", {}),
+        "create_event": (pod,),
+        "get_lease": ("ns", "l"),
+        "create_lease": ("ns", lease),
+        "update_lease": ("ns", lease),
+    }
+    made: dict[str, set[tuple[str, str, str]]] = {}
+    with recording_server() as server:
+        server.answer = (200, {"items": [], "metadata": {"resourceVersion": "1"}})
+        client = KubeClient.for_host(server.url, qps=0)
+        public = {
+            name
+            for name, fn in inspect.getmembers(KubeClient, inspect.isfunction)
+            if not name.startswith("_") and name not in ("close", "list", "watch")
+        }
+        # A new call must be added here, to WRITE_CALLS or LEASE_CALLS, and to rbac.yaml.
+        assert public == set(args), public ^ set(args)
+        for name, call_args in args.items():
+            before = len(server.requests)
+            kwargs = {"reason": "R", "message": "M"} if name == "create_event" else {}
+            getattr(client, name)(*call_args, **kwargs)
+            made[name] = {_grant(r.method, r.path) for r in server.requests[before:]}
+        for kind in [*KINDS.values(), *OWNER_KINDS]:
+            before = len(server.requests)
+            client.list(kind)
+            list(client.watch(kind, "1", timeout_seconds=1))
+            made[f"read {kind.name}"] = {_grant(r.method, r.path) for r in server.requests[before:]}
+        client.close()
+    return made
+
+
+def test_every_request_needs_the_permission_listed_here():
+    made = requests_made()
+    for name, grant in {**WRITE_CALLS, **LEASE_CALLS}.items():
+        assert made[name] == {grant}, name
+    for kind in [*KINDS.values(), *OWNER_KINDS]:
+        reads = {(kind.group, kind.plural, "list"), (kind.group, kind.plural, "watch")}
+        assert made[f"read {kind.name}"] == reads, kind.name
 
 
 def cluster_grants_needed() -> set[tuple[str, str, str]]:

@@ -1,20 +1,15 @@
-"""A thin wrapper over the official ``kubernetes`` client for what the live scheduler does.
+"""The live scheduler's calls to the API server, as plain REST requests.
 
-Reads (list, watch) return the API server's JSON as plain dicts (camelCase, exactly what
-:mod:`kai.snapshot.loader` reads): every call passes ``_preload_content=False`` so the
-client's typed models, and their slow snake_case round trip, are never built.  That also
-sidesteps the client's known bug on ``create_namespaced_pod_binding``, whose response is a
-``Status`` that fails to deserialize as a ``V1Binding`` (``target`` must not be None).
-
-Only arguments every client since ``kubernetes`` 28 accepts are passed (``_content_type``
-and ``_headers`` came with the regenerated client of 36/37; older ones reject them):
-
-* patches rely on the client's default content type: a JSON merge patch for custom
-  objects (PodGroups), and for a dict body on a built-in kind (pods) the client turns its
-  default JSON-patch type into a strategic merge patch, which merges ``status.conditions``
-  by type as kube-scheduler's own patches do;
-* the owner kinds are listed metadata-only (``PartialObjectMetadata``) when the client
-  takes ``_headers``, else as full objects, of which the cache keeps the metadata only.
+The official ``kubernetes`` package supplies the configuration (kubeconfig, in-cluster
+service account, exec and token credentials) and the TLS-configured urllib3 pool; its
+generated API classes are not used.  Importing them costs seconds at start-up, and
+building their typed models per object is the slowest part of a call.  Reads return the
+API server's JSON as plain dicts (camelCase, exactly what :mod:`kai.snapshot.loader`
+reads); the owner kinds are listed metadata-only (``PartialObjectMetadata``).  Patches
+name their content type: a JSON merge patch for custom objects (PodGroups), a strategic
+merge patch for pods, which merges ``status.conditions`` by type as kube-scheduler's own
+patches do.  Writes go out on keep-alive connections of their own
+(:mod:`kai.k8s.connections`) where the configuration allows.
 
 Every request of a :class:`KubeClient` first takes a token from one bucket (``qps``,
 ``burst``), as client-go's client-side rate limiter does.  Lease calls take theirs without
@@ -24,7 +19,6 @@ that a long queue of binds never makes the leader miss its renew deadline.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -35,13 +29,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from kai.k8s.connections import DirectConnections
+from kai.k8s.connections import JSON, DirectConnections
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +64,9 @@ METADATA_ONLY_LIST_ACCEPT = (
 METADATA_ONLY_WATCH_ACCEPT = (
     "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 )
+MERGE_PATCH = "application/merge-patch+json"  # custom objects (PodGroups)
+# Built-in kinds (pods): merges lists such as status.conditions by key.
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass(frozen=True)
@@ -268,7 +266,8 @@ def _json(resp: Any) -> Any:
 
 
 class KubeClient:
-    """The API calls of the live scheduler, on one ``kubernetes.client.ApiClient``."""
+    """The API calls of the live scheduler, as plain REST requests with the credentials,
+    TLS settings and connection pool of one ``kubernetes.client.ApiClient``."""
 
     def __init__(
         self,
@@ -279,23 +278,16 @@ class KubeClient:
         burst: int = 300,
     ) -> None:
         self.api_client = api_client
-        self.core = k8s.CoreV1Api(api_client)
-        self.custom = k8s.CustomObjectsApi(api_client)
-        self.scheduling = k8s.SchedulingV1Api(api_client)
-        self.coordination = k8s.CoordinationV1Api(api_client)
         self.timeout = request_timeout
         self.limiter = TokenBucket(qps, burst)
-        self.server = str(api_client.configuration.host)
-        # Binds skip the generated client's per-call machinery (see connections.py).
+        self.server = str(api_client.configuration.host).rstrip("/")
+        self.source = "configuration given in code"
+        # Writes on keep-alive connections of their own where they can (connections.py).
         self.direct = (
             DirectConnections(api_client, request_timeout)
             if DirectConnections.usable(api_client)
             else None
         )
-        self.source = "configuration given in code"
-        # _headers (a metadata-only Accept) exists in the regenerated clients only.
-        params = inspect.signature(self.custom.list_cluster_custom_object).parameters
-        self.metadata_only_lists = "_headers" in params
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -324,8 +316,8 @@ class KubeClient:
         qps: float = 50.0,
         burst: int = 300,
     ) -> KubeClient:
-        # Watches hold one connection each and binds run in parallel: a pool smaller than
-        # that makes urllib3 open and discard connections with a warning each time.
+        # Watches hold one connection each and requests run in parallel: a pool smaller
+        # than that makes urllib3 open and discard connections with a warning each time.
         cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, qps_pool)
         return cls(k8s.ApiClient(cfg), qps=qps, burst=burst)
 
@@ -340,31 +332,87 @@ class KubeClient:
             self.direct.close()
         self.api_client.close()
 
-    # ------------------------------------------------------------------ list / watch
-    def _list_call(self, kind: Kind, **kw: Any) -> Any:
+    # ------------------------------------------------------------------ requests
+    def _headers(self, accept: str, content_type: str | None) -> dict[str, str]:
+        headers = {**self.api_client.default_headers, "Accept": accept}
+        if content_type:
+            headers["Content-Type"] = content_type
+        # Asked per request: a token file or exec plugin may refresh it.
+        for auth in self.api_client.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        """A request through the client's urllib3 pool (proxy and TLS as configured); the
+        unread response, or :class:`ApiException` for an answer that is not 2xx."""
+        url = self.server + path
+        if query:
+            url += "?" + urlencode({k: _query_value(v) for k, v in query.items()})
+        timeout = self.timeout if timeout is None else timeout
+        resp = self.api_client.rest_client.pool_manager.request(
+            method,
+            url,
+            body=None if body is None else json.dumps(body, separators=(",", ":")).encode(),
+            headers=self._headers(accept, content_type if body is not None else None),
+            timeout=(
+                urllib3.Timeout(connect=timeout[0], read=timeout[1])
+                if isinstance(timeout, tuple)
+                else urllib3.Timeout(total=timeout)
+            ),
+            preload_content=False,
+        )
+        if 200 <= resp.status < 300:
+            return resp
+        data = resp.read()
+        resp.release_conn()
+        err = ApiException(status=resp.status, reason=resp.reason)
+        err.body = data.decode("utf-8", "replace")
+        err.headers = resp.headers
+        raise err
+
+    def _write(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> Any:
+        """A write, on the keep-alive connections where possible; the answer's JSON."""
         self.limiter.acquire()
-        kw["_preload_content"] = False
-        if kind.metadata_only and self.metadata_only_lists:
-            accept = METADATA_ONLY_WATCH_ACCEPT if kw.get("watch") else METADATA_ONLY_LIST_ACCEPT
-            kw["_headers"] = {"Accept": accept}
-        if kind.name == "Pod":
-            return self.core.list_pod_for_all_namespaces(**kw)
-        if kind.name == "Node":
-            return self.core.list_node(**kw)
-        if kind.name == "PriorityClass":
-            return self.scheduling.list_priority_class(**kw)
-        # Namespaced CRDs too: the cluster-wide path lists every namespace.
-        return self.custom.list_cluster_custom_object(kind.group, kind.version, kind.plural, **kw)
+        if self.direct is not None:
+            data = self.direct.request(method, path, body, content_type)
+        else:
+            resp = self._open(method, path, body=body, content_type=content_type)
+            try:
+                data = resp.read()
+            finally:
+                resp.release_conn()
+        return json.loads(data) if data else {}
+
+    # ------------------------------------------------------------------ list / watch
+    def _list_call(self, kind: Kind, **query: Any) -> Any:
+        self.limiter.acquire()
+        timeout = query.pop("_request_timeout", None)
+        accept = JSON
+        if kind.metadata_only:
+            accept = METADATA_ONLY_WATCH_ACCEPT if query.get("watch") else METADATA_ONLY_LIST_ACCEPT
+        # Namespaced kinds too: the cluster-wide path lists every namespace.
+        return self._open("GET", _collection(kind), query=query, accept=accept, timeout=timeout)
 
     def list(self, kind: Kind, *, page_size: int = 500) -> tuple[list[dict], str]:
         """All objects of a kind (paged), and the list's resourceVersion to watch from."""
         items: list[dict] = []
         token: str | None = None
         while True:
-            kw: dict[str, Any] = {"limit": page_size, "_request_timeout": self.timeout}
+            query: dict[str, Any] = {"limit": page_size}
             if token:
-                kw["_continue"] = token
-            body = _json(self._list_call(kind, **kw))
+                query["continue"] = token
+            body = _json(self._list_call(kind, **query))
             for item in body.get("items") or []:
                 # List items omit apiVersion and kind; the loader needs them.
                 items.append(_typed(item, kind))
@@ -380,9 +428,9 @@ class KubeClient:
         resp = self._list_call(
             kind,
             watch=True,
-            resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=timeout_seconds,
+            resourceVersion=resource_version,
+            allowWatchBookmarks=True,
+            timeoutSeconds=timeout_seconds,
             # The read timeout only guards against a silently dead connection.
             _request_timeout=(self.timeout, timeout_seconds + 30),
         )
@@ -393,106 +441,43 @@ class KubeClient:
         metadata = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid  # refused if the pod was replaced under the same name
-        body: dict[str, Any] = {
+        body = {
             "apiVersion": "v1",
             "kind": "Binding",
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self.limiter.acquire()
-        if self.direct is not None:
-            path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
-            self.direct.post(path + "/binding", body)
-            return
-        # _preload_content=False: the response is a Status, not a Binding (client bug).
-        resp = self.core.create_namespaced_pod_binding(
-            name,
-            namespace,
-            body,  # type: ignore[arg-type]  # a dict is sent as it is
-            _preload_content=False,
-            _request_timeout=self.timeout,
-        )
-        _drain(resp)
+        self._write("POST", _pod_path(namespace, name) + "/binding", body)
 
     def evict(self, namespace: str, name: str) -> None:
-        body = k8s.V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace),
-        )
-        self.limiter.acquire()
-        resp = self.core.create_namespaced_pod_eviction(
-            name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-        )
-        _drain(resp)
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        self._write("POST", _pod_path(namespace, name) + "/eviction", body)
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        self.limiter.acquire()
-        resp = self.core.delete_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=self.timeout
-        )
-        _drain(resp)
+        self._write("DELETE", _pod_path(namespace, name))
 
     def patch_pod_group(self, namespace: str, name: str, patch: dict) -> dict:
-        """JSON merge patch of a PodGroup's metadata/spec; returns the updated object.
-
-        (Custom objects are patched as JSON merge patches by the client's default.)"""
-        k = POD_GROUP
-        self.limiter.acquire()
-        return _json(
-            self.custom.patch_namespaced_custom_object(
-                k.group,
-                k.version,
-                namespace,
-                k.plural,
-                name,
-                patch,
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        )
+        """JSON merge patch of a PodGroup's metadata/spec; returns the updated object."""
+        path = _object_path(POD_GROUP, namespace, name)
+        return self._write("PATCH", path, patch, MERGE_PATCH)
 
     def patch_pod_group_status(self, namespace: str, name: str, status: dict) -> dict:
-        k = POD_GROUP
-        self.limiter.acquire()
-        return _json(
-            self.custom.patch_namespaced_custom_object_status(
-                k.group,
-                k.version,
-                namespace,
-                k.plural,
-                name,
-                {"status": status},
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        )
+        path = _object_path(POD_GROUP, namespace, name) + "/status"
+        return self._write("PATCH", path, {"status": status}, MERGE_PATCH)
 
     def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
-        """Strategic merge patch of a pod (metadata); returns the updated pod.
-
-        A dict body on a built-in kind is sent as a strategic merge patch by every client
-        version (see the module's docstring)."""
-        self.limiter.acquire()
-        return _json(
-            self.core.patch_namespaced_pod(
-                name, namespace, patch, _preload_content=False, _request_timeout=self.timeout
-            )
-        )
+        """Strategic merge patch of a pod (metadata); returns the updated pod."""
+        return self._write("PATCH", _pod_path(namespace, name), patch, STRATEGIC_MERGE_PATCH)
 
     def patch_pod_status(self, namespace: str, name: str, status: dict) -> dict:
         """Strategic merge patch of a pod's status subresource (``conditions`` merge by
-        type); returns the updated pod."""
-        self.limiter.acquire()
-        return _json(
-            self.core.patch_namespaced_pod_status(
-                name,
-                namespace,
-                {"status": status},
-                _preload_content=False,
-                _request_timeout=self.timeout,
-            )
-        )
+        type, as kube-scheduler's own patches do); returns the updated pod."""
+        path = _pod_path(namespace, name) + "/status"
+        return self._write("PATCH", path, {"status": status}, STRATEGIC_MERGE_PATCH)
 
     def create_event(
         self,
@@ -506,65 +491,93 @@ class KubeClient:
         now: datetime | None = None,
     ) -> None:
         """A core/v1 Event about ``involved`` (apiVersion, kind, name, namespace, uid)."""
-        now = now or datetime.now(timezone.utc)
+        stamp = _rfc3339(now or datetime.now(timezone.utc))
         namespace = involved.get("namespace") or "default"
-        body = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(generate_name=f"{involved['name']}.", namespace=namespace),
-            involved_object=k8s.V1ObjectReference(
-                api_version=involved.get("apiVersion"),
-                kind=involved.get("kind"),
-                name=involved["name"],
-                namespace=involved.get("namespace"),
-                uid=involved.get("uid") or None,
-            ),
-            reason=reason,
-            message=message[:1024],
-            type=type_,
-            count=1,
-            first_timestamp=now,
-            last_timestamp=now,
-            source=k8s.V1EventSource(component=component),
-            reporting_component=component,
-            reporting_instance=instance or component,
-        )
-        self.limiter.acquire()
-        resp = self.core.create_namespaced_event(
-            namespace, body, _preload_content=False, _request_timeout=self.timeout
-        )
-        _drain(resp)
+        reference = {
+            "apiVersion": involved.get("apiVersion"),
+            "kind": involved.get("kind"),
+            "name": involved["name"],
+            "namespace": involved.get("namespace"),
+            "uid": involved.get("uid") or None,
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": {k: v for k, v in reference.items() if v},
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": instance or component,
+        }
+        self._write("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body)
 
     # ------------------------------------------------------------------ leases
-    def get_lease(self, namespace: str, name: str) -> dict | None:
+    # Lease calls take their token without waiting (see the module's docstring) and go
+    # through the pool, never queued behind binds on a busy connection.
+    def _lease_call(self, method: str, path: str, body: dict | None = None) -> dict:
         self.limiter.acquire(wait_for_it=False)
+        return _json(self._open(method, path, body=body))
+
+    def get_lease(self, namespace: str, name: str) -> dict | None:
         try:
-            resp = self.coordination.read_namespaced_lease(
-                name, namespace, _preload_content=False, _request_timeout=self.timeout
-            )
+            return self._lease_call("GET", _lease_path(namespace, name))
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        return _json(resp)
 
     def create_lease(self, namespace: str, lease: dict) -> dict:
-        self.limiter.acquire(wait_for_it=False)
-        resp = self.coordination.create_namespaced_lease(
-            namespace, _lease_model(lease), _preload_content=False, _request_timeout=self.timeout
-        )
-        return _json(resp)
+        return self._lease_call("POST", _lease_path(namespace), _lease_body(lease))
 
     def update_lease(self, namespace: str, lease: dict) -> dict:
         """Replace a Lease; its metadata.resourceVersion makes it a compare-and-swap."""
         name = lease["metadata"]["name"]
-        self.limiter.acquire(wait_for_it=False)
-        resp = self.coordination.replace_namespaced_lease(
-            name,
-            namespace,
-            _lease_model(lease),
-            _preload_content=False,
-            _request_timeout=self.timeout,
-        )
-        return _json(resp)
+        return self._lease_call("PUT", _lease_path(namespace, name), _lease_body(lease))
+
+
+def _query_value(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _collection(kind: Kind) -> str:
+    if kind.group:
+        return f"/apis/{kind.group}/{kind.version}/{kind.plural}"
+    return f"/api/{kind.version}/{kind.plural}"
+
+
+def _object_path(kind: Kind, namespace: str, name: str) -> str:
+    prefix = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+    ns, obj = quote(namespace, safe=""), quote(name, safe="")
+    return f"{prefix}/namespaces/{ns}/{kind.plural}/{obj}"
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return _object_path(KINDS["Pod"], namespace, name)
+
+
+def _lease_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return path + (f"/{quote(name, safe='')}" if name else "")
+
+
+def _lease_body(lease: dict) -> dict:
+    meta = lease.get("metadata") or {}
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "resourceVersion") if meta.get(k)},
+        "spec": {k: v for k, v in (lease.get("spec") or {}).items() if v is not None},
+    }
+
+
+def _rfc3339(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _typed(obj: dict, kind: Kind) -> dict:
@@ -580,37 +593,6 @@ def _typed(obj: dict, kind: Kind) -> dict:
     obj.setdefault("apiVersion", kind.api_version)
     obj.setdefault("kind", kind.name)
     return obj
-
-
-def _parse_micro(value: Any) -> datetime | None:
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value
-    from kai.api.quantity import parse_time
-
-    return parse_time(str(value))
-
-
-def _lease_model(lease: dict) -> k8s.V1Lease:
-    meta = lease.get("metadata") or {}
-    spec = lease.get("spec") or {}
-    return k8s.V1Lease(
-        api_version="coordination.k8s.io/v1",
-        kind="Lease",
-        metadata=k8s.V1ObjectMeta(
-            name=meta.get("name"),
-            namespace=meta.get("namespace"),
-            resource_version=meta.get("resourceVersion"),
-        ),
-        spec=k8s.V1LeaseSpec(
-            holder_identity=spec.get("holderIdentity"),
-            lease_duration_seconds=spec.get("leaseDurationSeconds"),
-            acquire_time=_parse_micro(spec.get("acquireTime")),
-            renew_time=_parse_micro(spec.get("renewTime")),
-            lease_transitions=spec.get("leaseTransitions"),
-        ),
-    )
 
 
 def _shutdown_socket(resp: Any) -> None:

@@ -23,13 +23,15 @@ from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
+JSON = "application/json"
+
 # Failures of a kept-alive connection that the server closed while it was idle: the
 # request never reached it, so sending it again on a new connection is safe.
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 class DirectConnections:
-    """POSTs of JSON bodies on per-thread keep-alive connections."""
+    """Requests with JSON bodies on per-thread keep-alive connections."""
 
     def __init__(self, api_client: k8s.ApiClient, timeout: float) -> None:
         cfg = api_client.configuration
@@ -39,11 +41,7 @@ class DirectConnections:
         self._port = url.port or (443 if self._https else 80)
         self._prefix = url.path.rstrip("/")
         self._cfg = cfg
-        self._headers = {
-            **api_client.default_headers,
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-        }
+        self._headers = {**api_client.default_headers, "Accept": JSON}
         self._timeout = timeout
         self._ssl = self._ssl_context(cfg) if self._https else None
         self._local = threading.local()
@@ -97,18 +95,20 @@ class DirectConnections:
                 headers[auth["key"]] = auth["value"]
         return headers
 
-    def post(self, path: str, body: dict) -> None:
-        """POST ``body`` to ``path``; :class:`ApiException` for an answer that is not 2xx
-        (status, reason and body as the generated client gives them)."""
-        payload = json.dumps(body, separators=(",", ":")).encode()
+    def request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
+        """Send one request; the answer's body, or :class:`ApiException` for an answer
+        that is not 2xx (status, reason and body as the generated client gives them)."""
+        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._auth_headers()
+        if payload is not None:
+            headers["Content-Type"] = content_type
         conn = getattr(self._local, "conn", None)
         fresh = conn is None
-        for _ in range(2):
+        while True:
             if conn is None:
                 conn = self._local.conn = self._connect()
             try:
-                conn.request("POST", self._prefix + path, body=payload, headers=headers)
+                conn.request(method, self._prefix + path, body=payload, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
             except _STALE:
@@ -124,7 +124,7 @@ class DirectConnections:
             if resp.will_close:
                 self._drop(conn)
             if 200 <= resp.status < 300:
-                return
+                return data
             err = ApiException(status=resp.status, reason=resp.reason)
             err.body = data.decode("utf-8", "replace")
             err.headers = resp.headers
