@@ -70,7 +70,8 @@ def test_standby_takes_over_when_the_leader_is_killed(cluster: Cluster) -> None:
         "a leader",
     )
     standby = second if leader is first else first
-    assert standby.metric("kai_is_leader") == 0
+    # Up (its metrics served: -1 before that) and standing by, not leading.
+    wait_for(lambda: standby.metric("kai_is_leader") == 0, 60, "the standby ready")
     before = _single_pods(cluster, "before", 4)
     wait_for(lambda: cluster.bound(*before), 60, "pods bound by the leader")
 
