@@ -80,3 +80,28 @@ def test_victim_whose_place_was_not_needed_stays_on_its_device() -> None:
         "p-0": ("Pipelined", "n2"),
         "p-1": ("Pipelined", "n2"),
     }
+
+
+def test_fully_released_device_is_not_also_offered_as_room_on_it() -> None:
+    # n0 runs the whole-GPU pod a (not a victim) and the 0.25-GPU victim s on device
+    # d1; n1 has two idle GPUs.  Six half-GPU pods need d1 whole: evicting s frees it.
+    # Two pods take d1 as a whole releasing GPU; the device's own free room (0.75) was
+    # offered again, so n0 was picked for a third pod that found no device.
+    with _with_devices({"s-0": "n0-d1"}):
+        snap = build(
+            {"n0": 2, "n1": 2},
+            [queue("q0", 0)],
+            [
+                J("a", "q0", [T("Running", "n0")], priority=100),
+                J("s", "q0", [T("Running", "n0")], gpus=0.25, priority=10),
+                J("p", "q0", [T() for _ in range(6)], gpus=0.5, priority=50),
+            ],
+        )
+    st = statuses(run(snap, ["preempt"]))
+    assert st == {
+        "a-0": ("Running", "n0"),
+        "s-0": ("Releasing", "n0"),
+        **{f"p-{i}": ("Pipelined", "n1") for i in range(4)},
+        "p-4": ("Pipelined", "n0"),
+        "p-5": ("Pipelined", "n0"),
+    }
