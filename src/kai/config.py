@@ -7,6 +7,7 @@ when the configuration is built, so a typo is a clear error before any schedulin
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,6 +78,40 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = tuple(
         "sg-multinodegang",
     )
 )
+
+
+# Actions that find their victims through the scenario generators, and the plugins
+# that register those generators (in KAI's order).
+EVICTION_ACTIONS = ("consolidation", "reclaim", "preempt")
+SOLVER_PLUGINS = ("sg-nodelocalgreedy", "sg-multinodegang")
+
+_log = logging.getLogger(__name__)
+_logged: set[str] = set()
+
+
+def log_once(message: str) -> None:
+    """Log ``message`` at info level the first time only (configurations are parsed
+    again for every snapshot and every cycle of ``kai run``)."""
+    if message not in _logged:
+        _logged.add(message)
+        _log.info(message)
+
+
+def _with_solvers(
+    tiers: list[list[PluginOption]], actions: Sequence[str]
+) -> list[list[PluginOption]]:
+    """Both scenario generators added at the end of the last tier when the actions
+    evict and the tiers name neither: without one, consolidation, reclaim and preempt
+    would find no victims and silently evict nothing."""
+    evicting = [a for a in actions if a in EVICTION_ACTIONS]
+    if not evicting or any(p.name in SOLVER_PLUGINS for tier in tiers for p in tier):
+        return tiers
+    log_once(
+        f"no scenario generator plugin is configured, without which {', '.join(evicting)} "
+        f"would find no victims: adding {' and '.join(SOLVER_PLUGINS)} to the last tier"
+    )
+    last = tiers[-1] if tiers else []
+    return [*tiers[:-1], [*last, *(PluginOption(name) for name in SOLVER_PLUGINS)]]
 
 
 def _usage_db(raw: Any) -> UsageDBConfig | None:
@@ -184,6 +219,7 @@ class SchedulerConfig:
             registered = set(plugin_names())
             tiers = [[p for p in DEFAULT_PLUGINS if p.name in registered]]
         tiers = _with_shard_k_value(tiers, obj.k_value if obj is not None else None)
+        tiers = _with_solvers(tiers, chosen)
         depth = dict(obj.queue_depth_per_action) if obj is not None else {}
         for action, value in depth.items():
             if action not in known:

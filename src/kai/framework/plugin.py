@@ -8,6 +8,7 @@ the session's extension points.  Users register their own plugins with
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -86,8 +87,11 @@ def get_plugin_builder(name: str) -> PluginBuilder:
     try:
         return _REGISTRY[name]
     except KeyError:
+        # An error, not a skipped plugin: a misspelt name would silently drop a policy.
+        close = difflib.get_close_matches(name, _REGISTRY, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise ConfigError(
-            f"unknown plugin {name!r} (known: {', '.join(sorted(_REGISTRY))})",
+            f"unknown plugin {name!r} ({hint}known: {', '.join(sorted(_REGISTRY))})",
             obj=f"plugin {name}",
             field="tiers[].plugins[].name",
         ) from None

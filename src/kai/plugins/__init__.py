@@ -3,6 +3,7 @@
 from kai.plugins import (  # noqa: F401
     examples,
     generators,
+    inert,
     loadaware,
     minruntime,
     ordering,
