@@ -157,3 +157,44 @@ def test_bad_options_are_usage_errors(tmp_path, args, message):
     result = kai("replay", CLUSTER, "--out", str(tmp_path / "out"), *options)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_sweep_runs_the_grid_in_processes_and_compares(tmp_path):
+    out = tmp_path / "out"
+    result = kai(
+        "replay", CLUSTER, "--trace", trace(tmp_path, jobs(8)), "--out", str(out),
+        "--format", "csv", "--sweep", "proportion.kValue=0,2", "--sweep",
+        "reclaimMinRuntime=0s,10m", "--workers", "2",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = read_csv(out / "comparison.csv")
+    assert [r["settings"] for r in rows] == [
+        "proportion.kValue=0, reclaimMinRuntime=0s",
+        "proportion.kValue=0, reclaimMinRuntime=10m",
+        "proportion.kValue=2, reclaimMinRuntime=0s",
+        "proportion.kValue=2, reclaimMinRuntime=10m",
+    ]
+    assert {r["jobs_finished"] for r in rows} == {"8"}
+    for i in range(4):
+        assert json.loads((out / f"run-{i:02d}" / "summary.json").read_text())["run"]["complete"]
+    pytest.importorskip("matplotlib")
+    assert (out / "plots" / "sweep_utilization.png").exists()
+    assert (out / "plots" / "sweep_jct.png").exists()
+
+
+def test_sweep_settings_are_checked_before_any_run():
+    from kai.api.errors import InputError
+    from kai.replay.sweep import parse_grid, with_settings
+
+    assert parse_grid(["a.b=1,2", "c=x"]) == [{"a.b": "1", "c": "x"}, {"a.b": "2", "c": "x"}]
+    with pytest.raises(InputError, match="expected KEY=VALUE"):
+        parse_grid(["kValue"])
+    with pytest.raises(InputError, match="no plugin 'nope'"):
+        with_settings(None, {"nope.x": "1"})
+    with pytest.raises(InputError, match=r"proportion.kValue=lots.*not a number"):
+        with_settings(None, {"proportion.kValue": "lots"})
+    with pytest.raises(InputError, match="unknown setting 'colour'"):
+        with_settings(None, {"colour": "red"})
+    config = with_settings(None, {"usageParams.halfLifePeriod": "10m", "preemptMinRuntime": "1m"})
+    assert config.usage_db["usageParams"]["halfLifePeriod"] == "10m"
+    assert config.preempt_min_runtime == 60.0

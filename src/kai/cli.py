@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -173,13 +172,15 @@ def simulate(
         )
         phases.phase("output")
         if output == "json":
-            document = result.to_json(explain=explain)
+            from kai.output import dumps_json
+
+            text = dumps_json(result.to_json(explain=explain))
         else:
             from kai.output import render_table
 
             text = render_table(result, explain=explain)
     if output == "json":
-        json.dump(document, sys.stdout, indent=2, sort_keys=False)
+        sys.stdout.write(text)
         sys.stdout.write("\n")
     else:
         click.echo(text)
@@ -278,9 +279,28 @@ def bench(scenarios, size, backend, repeat, json_file, no_memory, input_form, li
     show_default=True,
     help="Tables as CSV or Parquet (auto: Parquet when pyarrow is installed).",
 )
+@click.option(
+    "--sweep",
+    multiple=True,
+    metavar="KEY=V1,V2,...",
+    help="Run every combination of these settings and compare them (repeatable; keys "
+    "PLUGIN.ARGUMENT, reclaimMinRuntime, preemptMinRuntime, usageParams.FIELD).",
+)
+@click.option("--workers", type=click.IntRange(1), help="Processes of a sweep (default: CPUs).")
 @_backend_option
 def replay(
-    cluster, trace, out_dir, config_file, period, until, html, seed, table_format, backend
+    cluster,
+    trace,
+    out_dir,
+    config_file,
+    period,
+    until,
+    html,
+    seed,
+    table_format,
+    sweep,
+    workers,
+    backend,
 ) -> None:
     """Replay a workload trace on CLUSTER file(s), one real session per period."""
     from kai.replay.command import run_replay
@@ -296,6 +316,8 @@ def replay(
         seed=seed,
         backend=backend,
         table_format=table_format,
+        sweep=sweep,
+        workers=workers,
         echo=lambda line: click.echo(line, err=True),
     )
     if code:

@@ -151,6 +151,8 @@ def run_replay(
     seed: int = 0,
     backend: str | None = None,
     table_format: str = "auto",
+    sweep: Sequence[str] = (),
+    workers: int | None = None,
     echo: Any = print,
 ) -> int:
     """Run a replay and write its outputs; returns the exit code.
@@ -176,6 +178,32 @@ def run_replay(
         trace = Trace(trace_arg, queues=leaves)
         if total is None:
             total = last_submit_time(trace_arg)
+    if sweep:
+        from kai.replay.sweep import run_sweep
+
+        jobs = trace if isinstance(trace, list) else trace.validate()
+        rows = run_sweep(
+            objects,
+            jobs,
+            config,
+            sweep,
+            out_dir,
+            period=period,
+            until=until,
+            html=html,
+            table_format=table_format,
+            backend=backend,
+            workers=workers,
+            echo=echo,
+        )
+        for row in rows:
+            echo(
+                f"kai replay: {row['run']} ({row['settings']}): {row['jobs_finished']} jobs "
+                f"finished, JCT p50 {row['jct_p50']} s, utilization {row['gpu_utilization']}, "
+                f"{row['evictions']} evictions"
+            )
+        echo(f"kai replay: wrote comparison.csv, comparison.json and plots/ in {out_dir}")
+        return 0
     replay = Replay(
         objects,
         trace,
