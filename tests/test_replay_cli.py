@@ -198,3 +198,28 @@ def test_sweep_settings_are_checked_before_any_run():
     config = with_settings(None, {"usageParams.halfLifePeriod": "10m", "preemptMinRuntime": "1m"})
     assert config.usage_db["usageParams"]["halfLifePeriod"] == "10m"
     assert config.preempt_min_runtime == 60.0
+
+
+def test_the_progress_bar_shows_simulated_time_wall_time_and_eta():
+    import io
+
+    from kai.replay.command import ReplayProgress
+    from kai.replay.simulator import ReplayResult
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    progress = ReplayProgress(7200.0, screen)
+    result = ReplayResult(10.0, None, 16.0, [], {}, {}, [], [], {}, {}, sessions=42)
+    progress(3600.0, result)
+    progress._progress.refresh()
+    progress.close()
+    text = screen.getvalue()
+    assert "01:00:00 / 02:00:00 simulated" in text
+    assert "42 sessions" in text and "ETA" in text and "wall" in text
+    # Not a terminal: nothing is drawn.
+    quiet = io.StringIO()
+    ReplayProgress(10.0, quiet)(5.0, result)
+    assert quiet.getvalue() == ""
