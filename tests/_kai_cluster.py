@@ -80,7 +80,9 @@ def build(
     *,
     departments: list[dict] | None = None,
     config: dict | None = None,
+    devices: dict[str, str] | None = None,
 ) -> kai.Snapshot:
+    """``devices``: pod name -> the shared GPU device (gpu-group) a fractional pod runs on."""
     objs: list[dict] = []
     for name, gpus in nodes.items():
         objs.append(
@@ -172,6 +174,8 @@ def build(
                 },
                 "status": {"phase": "Pending"},
             }
+            if devices and pod["metadata"]["name"] in devices:
+                pod["metadata"]["labels"] = {"runai-gpu-group": devices[pod["metadata"]["name"]]}
             if task.state in ("Running", "Releasing"):
                 pod["spec"]["nodeName"] = task.node
                 pod["status"]["phase"] = "Running"

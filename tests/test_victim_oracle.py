@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from itertools import combinations
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -192,20 +191,8 @@ def snapshot(case: Case) -> kai.Snapshot:
             "reclaimMinRuntime": "10m",
             "preemptMinRuntime": "10m",
         }
-    plain = kai.Snapshot.from_objects
-
-    def labelled(objs: list[dict]) -> kai.Snapshot:
-        for obj in objs:
-            if obj["kind"] != "Pod":
-                continue
-            pod = case.pods.get(obj["metadata"]["name"])
-            if pod is not None and pod.device is not None:
-                group = f"{pod.node}-d{pod.device}"
-                obj["metadata"].setdefault("labels", {})["runai-gpu-group"] = group
-        return plain(objs)
-
-    with mock.patch.object(kai.Snapshot, "from_objects", labelled):
-        return build(case.nodes, queues, case.jobs, config=config)
+    devices = {p.name: f"{p.node}-d{p.device}" for p in case.pods.values() if p.device is not None}
+    return build(case.nodes, queues, case.jobs, config=config, devices=devices)
 
 
 def describe(case: Case) -> str:

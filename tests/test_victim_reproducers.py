@@ -4,25 +4,7 @@ the end status of every pod."""
 
 from __future__ import annotations
 
-from unittest import mock
-
-import kai
 from tests._kai_cluster import J, T, build, queue, run, statuses
-
-
-def _with_devices(groups: dict[str, str]):
-    """Snapshot.from_objects that puts the fractional pods named in ``groups`` on the
-    shared device (gpu-group) given there."""
-    plain = kai.Snapshot.from_objects
-
-    def labelled(objs):
-        for obj in objs:
-            group = groups.get(obj["metadata"]["name"]) if obj["kind"] == "Pod" else None
-            if group:
-                obj["metadata"].setdefault("labels", {})["runai-gpu-group"] = group
-        return plain(objs)
-
-    return mock.patch.object(kai.Snapshot, "from_objects", labelled)
 
 
 def test_fractional_gang_does_not_count_gpus_promised_to_its_own_pods() -> None:
@@ -56,19 +38,19 @@ def test_victim_whose_place_was_not_needed_stays_on_its_device() -> None:
     # scenario but its device still has room: it keeps running there instead of being
     # moved to n1's device.
     groups = {"s-0": "n2-d3", "u-0": "n2-d3", "t-0": "n1-d0"}
-    with _with_devices(groups):
-        snap = build(
-            {"n0": 1, "n1": 1, "n2": 4},
-            [queue("q0", 0)],
-            [
-                J("a", "q0", [T("Running", "n2")], priority=10),
-                J("g", "q0", [T("Running", "n2"), T("Running", "n0")], priority=10),
-                J("t", "q0", [T("Running", "n1")], gpus=0.5, priority=40),
-                J("s", "q0", [T("Running", "n2")], gpus=0.25, priority=10),
-                J("u", "q0", [T("Running", "n2")], gpus=0.25, priority=40),
-                J("p", "q0", [T(), T()], priority=50),
-            ],
-        )
+    snap = build(
+        {"n0": 1, "n1": 1, "n2": 4},
+        [queue("q0", 0)],
+        [
+            J("a", "q0", [T("Running", "n2")], priority=10),
+            J("g", "q0", [T("Running", "n2"), T("Running", "n0")], priority=10),
+            J("t", "q0", [T("Running", "n1")], gpus=0.5, priority=40),
+            J("s", "q0", [T("Running", "n2")], gpus=0.25, priority=10),
+            J("u", "q0", [T("Running", "n2")], gpus=0.25, priority=40),
+            J("p", "q0", [T(), T()], priority=50),
+        ],
+        devices=groups,
+    )
     st = statuses(run(snap, ["preempt"]))
     assert st == {
         "a-0": ("Running", "n2"),
@@ -87,16 +69,17 @@ def test_fully_released_device_is_not_also_offered_as_room_on_it() -> None:
     # d1; n1 has two idle GPUs.  Six half-GPU pods need d1 whole: evicting s frees it.
     # Two pods take d1 as a whole releasing GPU; the device's own free room (0.75) was
     # offered again, so n0 was picked for a third pod that found no device.
-    with _with_devices({"s-0": "n0-d1"}):
-        snap = build(
-            {"n0": 2, "n1": 2},
-            [queue("q0", 0)],
-            [
-                J("a", "q0", [T("Running", "n0")], priority=100),
-                J("s", "q0", [T("Running", "n0")], gpus=0.25, priority=10),
-                J("p", "q0", [T() for _ in range(6)], gpus=0.5, priority=50),
-            ],
-        )
+    groups = {"s-0": "n0-d1"}
+    snap = build(
+        {"n0": 2, "n1": 2},
+        [queue("q0", 0)],
+        [
+            J("a", "q0", [T("Running", "n0")], priority=100),
+            J("s", "q0", [T("Running", "n0")], gpus=0.25, priority=10),
+            J("p", "q0", [T() for _ in range(6)], gpus=0.5, priority=50),
+        ],
+        devices=groups,
+    )
     st = statuses(run(snap, ["preempt"]))
     assert st == {
         "a-0": ("Running", "n0"),

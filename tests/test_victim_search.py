@@ -89,11 +89,9 @@ def test_reclaim_gang_across_nodes() -> None:
     assert len(evicted) == 5 and len(running) == 5
 
 
-def _shared_snapshot(rng, monkeypatch):
+def _shared_snapshot(rng):
     """2-5 nodes of 1-4 devices, each device idle, held by a 1-GPU job, or shared by
     1-3 fractional jobs (one gpu-group per device); a pending job of whole-GPU pods."""
-    import kai
-
     nodes = {f"n{i}": int(rng.choice([1, 2, 4])) for i in range(int(rng.integers(2, 6)))}
     jobs: list[J] = []
     groups: dict[str, str] = {}  # pod name -> gpu-group
@@ -111,22 +109,11 @@ def _shared_snapshot(rng, monkeypatch):
     size = int(rng.integers(1, 4))
     gpus = float(rng.choice([1, 2]))
     jobs.append(J("p", "q0", [T() for _ in range(size)], gpus=gpus, priority=50))
-    plain = kai.Snapshot.from_objects
-
-    def labelled(objs):
-        for obj in objs:
-            group = groups.get(obj["metadata"]["name"]) if obj["kind"] == "Pod" else None
-            if group:
-                obj["metadata"].setdefault("labels", {})["runai-gpu-group"] = group
-        return plain(objs)
-
-    with monkeypatch.context() as m:
-        m.setattr(kai.Snapshot, "from_objects", labelled)
-        return build(nodes, [queue("q0", 0)], jobs)
+    return build(nodes, [queue("q0", 0)], jobs, devices=groups)
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_prechecks_never_reject_what_the_simulation_places(seed: int, monkeypatch) -> None:
+def test_prechecks_never_reject_what_the_simulation_places(seed: int) -> None:
     """The placement pre-check and the accumulated filters, for random victim sets on
     clusters with shared devices, accept every scenario the exact simulation solves."""
     import numpy as np
@@ -141,7 +128,7 @@ def test_prechecks_never_reject_what_the_simulation_places(seed: int, monkeypatc
     rng = np.random.default_rng(seed)
     solved = shared = 0
     for _ in range(6):
-        ssn = _session(_shared_snapshot(rng, monkeypatch))
+        ssn = _session(_shared_snapshot(rng))
         running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
         job = ssn.jobs["ns/p"]
         tasks = tasks_to_allocate(ssn, job)
@@ -173,25 +160,14 @@ def test_prechecks_never_reject_what_the_simulation_places(seed: int, monkeypatc
     assert solved and shared
 
 
-def test_whole_gpu_gang_takes_devices_freed_from_fractional_tenants(monkeypatch) -> None:
+def test_whole_gpu_gang_takes_devices_freed_from_fractional_tenants() -> None:
     # Two 1-GPU nodes, each device shared by two 0.5-GPU jobs: a 2-pod gang of whole-GPU
     # pods evicts all four tenants and lands one pod per node.
-    import kai
-
     nodes = {"n0": 1, "n1": 1}
     jobs = [J(f"s{i}", "q0", [T("Running", f"n{i // 2}")], gpus=0.5, priority=10) for i in range(4)]
     jobs.append(J("g", "q0", [T(), T()], priority=50))
-    plain = kai.Snapshot.from_objects
-
-    def labelled(objs):
-        for obj in objs:
-            if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith("s"):
-                node = obj["spec"]["nodeName"]
-                obj["metadata"]["labels"] = {"runai-gpu-group": f"{node}-d0"}
-        return plain(objs)
-
-    monkeypatch.setattr(kai.Snapshot, "from_objects", labelled)
-    st = statuses(run(build(nodes, [queue("q0", 0)], jobs), ["preempt"]))
+    devices = {f"s{i}-0": f"n{i // 2}-d0" for i in range(4)}
+    st = statuses(run(build(nodes, [queue("q0", 0)], jobs, devices=devices), ["preempt"]))
     assert {st[f"s{i}-0"][0] for i in range(4)} == {"Releasing"}
     assert sorted(st[f"g-{i}"] for i in range(2)) == [("Pipelined", "n0"), ("Pipelined", "n1")]
 
