@@ -90,7 +90,7 @@ def write_pngs(result: ReplayResult, out_dir: str) -> list[str]:
     ax.set_title("Queue GPU allocation against fair share")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir, "allocation.png"))
+    written.append(save_figure(fig, out_dir, "allocation.png"))
 
     fig, ax = plt.subplots(figsize=(11, 4))
     ax.step(times, [100 * u for u in data["utilization"]], where="post")
@@ -99,7 +99,7 @@ def write_pngs(result: ReplayResult, out_dir: str) -> list[str]:
     ax.set_ylabel("GPUs allocated (%)")
     ax.set_title(f"Cluster GPU utilization ({result.total_gpus:g} GPUs)")
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir, "utilization.png"))
+    written.append(save_figure(fig, out_dir, "utilization.png"))
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for q, values in sorted(data["jct"].items()):
@@ -113,7 +113,7 @@ def write_pngs(result: ReplayResult, out_dir: str) -> list[str]:
     ax.set_ylabel("fraction of finished jobs")
     ax.set_title("JCT distribution per queue")
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir, "jct.png"))
+    written.append(save_figure(fig, out_dir, "jct.png"))
 
     fig, ax = plt.subplots(figsize=(11, 4))
     width = data["bucket_hours"]
@@ -137,11 +137,12 @@ def write_pngs(result: ReplayResult, out_dir: str) -> list[str]:
     if data["evictions"]:
         ax.legend(loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir, "evictions.png"))
+    written.append(save_figure(fig, out_dir, "evictions.png"))
     return written
 
 
-def _save(fig: Any, out_dir: str, name: str) -> str:
+def save_figure(fig: Any, out_dir: str, name: str) -> str:
+    """Lay ``fig`` out, write it as ``out_dir/name`` and free it; returns the path."""
     import matplotlib.pyplot as plt
 
     path = os.path.join(out_dir, name)

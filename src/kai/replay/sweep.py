@@ -212,6 +212,8 @@ def _overlays(grid: list[dict[str, str]], results: list[dict[str, Any]], out_dir
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from kai.replay.plots import save_figure
+
     os.makedirs(out_dir, exist_ok=True)
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for settings, res in zip(grid, results):
@@ -227,9 +229,7 @@ def _overlays(grid: list[dict[str, str]], results: list[dict[str, Any]], out_dir
     ax.set_title("GPU utilization per configuration")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "sweep_utilization.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_dir, "sweep_utilization.png")
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for settings, res in zip(grid, results):
@@ -243,6 +243,4 @@ def _overlays(grid: list[dict[str, str]], results: list[dict[str, Any]], out_dir
     ax.set_title("JCT distribution per configuration")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "sweep_jct.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_dir, "sweep_jct.png")

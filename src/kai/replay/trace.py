@@ -433,91 +433,86 @@ def read_alibaba(
             file=job_table,
         )
     tasks: dict[str, list[Any]] = {}  # job -> [pods, gpu%, cpu%, mem GB, start, end]
-    with open(task_table, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        for cells in reader:
-            if not cells or cells[0] == "job_name":
-                continue
-            if len(cells) != len(ALIBABA_TASK_COLUMNS):
-                raise TraceError(
-                    f"{len(cells)} values; the task table has {len(ALIBABA_TASK_COLUMNS)} "
-                    f"columns ({', '.join(ALIBABA_TASK_COLUMNS)})",
-                    file=task_table,
-                    line=reader.line_num,
-                )
-            row = dict(zip(ALIBABA_TASK_COLUMNS, cells))
-            try:
-                pods = max(1, int(float(row["inst_num"] or 1)))
-                gpu = float(row["plan_gpu"] or 0)
-                cpu = float(row["plan_cpu"] or 0)
-                mem = float(row["plan_mem"] or 0)
-                start = float(row["start_time"]) if row["start_time"] else math.nan
-                end = float(row["end_time"]) if row["end_time"] else math.nan
-            except ValueError as err:
-                raise TraceError(str(err), file=task_table, line=reader.line_num) from None
-            entry = tasks.get(row["job_name"])
-            if entry is None:
-                tasks[row["job_name"]] = [pods, gpu, cpu, mem, start, end]
-                continue
-            if (gpu * pods, cpu * pods) > (entry[1] * entry[0], entry[2] * entry[0]):
-                entry[:4] = [pods, gpu, cpu, mem]
-            entry[4] = min(entry[4], start) if not math.isnan(start) else entry[4]
-            entry[5] = max(entry[5], end) if not math.isnan(end) else entry[5]
+    for line, row in _table_rows(task_table, ALIBABA_TASK_COLUMNS, "task"):
+        try:
+            pods = max(1, int(float(row["inst_num"] or 1)))
+            gpu = float(row["plan_gpu"] or 0)
+            cpu = float(row["plan_cpu"] or 0)
+            mem = float(row["plan_mem"] or 0)
+            start = float(row["start_time"]) if row["start_time"] else math.nan
+            end = float(row["end_time"]) if row["end_time"] else math.nan
+        except ValueError as err:
+            raise TraceError(str(err), file=task_table, line=line) from None
+        entry = tasks.get(row["job_name"])
+        if entry is None:
+            tasks[row["job_name"]] = [pods, gpu, cpu, mem, start, end]
+            continue
+        if (gpu * pods, cpu * pods) > (entry[1] * entry[0], entry[2] * entry[0]):
+            entry[:4] = [pods, gpu, cpu, mem]
+        entry[4] = min(entry[4], start) if not math.isnan(start) else entry[4]
+        entry[5] = max(entry[5], end) if not math.isnan(end) else entry[5]
     jobs: list[TraceJob] = []
-    with open(job_table, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        for cells in reader:
-            if not cells or cells[0] == "job_name":
-                continue
-            if len(cells) != len(ALIBABA_JOB_COLUMNS):
-                raise TraceError(
-                    f"{len(cells)} values; the job table has {len(ALIBABA_JOB_COLUMNS)} "
-                    f"columns ({', '.join(ALIBABA_JOB_COLUMNS)})",
-                    file=job_table,
-                    line=reader.line_num,
-                )
-            row = dict(zip(ALIBABA_JOB_COLUMNS, cells))
-            if row["status"] != "Terminated":
-                continue
-            entry = tasks.get(row["job_name"])
-            if entry is None:
-                continue
-            try:
-                submit = float(row["start_time"])
-            except ValueError:
-                raise TraceError(
-                    f"start_time {row['start_time']!r} is not a number",
-                    file=job_table,
-                    line=reader.line_num,
-                    column="start_time (column 5)",
-                ) from None
-            pods, gpu, cpu, mem, start, end = entry
-            if math.isnan(start) or math.isnan(end) or end <= start:
-                continue
-            gpus = gpu / 100.0
-            if gpus > 1:
-                gpus = float(math.ceil(gpus - 1e-9))
-            user = row["user"]
-            queue = _queue_of(user, queues)
-            jobs.append(
-                TraceJob(
-                    submit,
-                    row["job_name"],
-                    queue,
-                    priority_class,
-                    pods,
-                    pods,
-                    round(gpus, 4),
-                    to_canonical("cpu", cpu / 100.0),
-                    mem * 1e9,
-                    end - start,
-                )
+    for line, row in _table_rows(job_table, ALIBABA_JOB_COLUMNS, "job"):
+        if row["status"] != "Terminated":
+            continue
+        entry = tasks.get(row["job_name"])
+        if entry is None:
+            continue
+        try:
+            submit = float(row["start_time"])
+        except ValueError:
+            raise TraceError(
+                f"start_time {row['start_time']!r} is not a number",
+                file=job_table,
+                line=line,
+                column="start_time (column 5)",
+            ) from None
+        pods, gpu, cpu, mem, start, end = entry
+        if math.isnan(start) or math.isnan(end) or end <= start:
+            continue
+        gpus = gpu / 100.0
+        if gpus > 1:
+            gpus = float(math.ceil(gpus - 1e-9))
+        user = row["user"]
+        queue = _queue_of(user, queues)
+        jobs.append(
+            TraceJob(
+                submit,
+                row["job_name"],
+                queue,
+                priority_class,
+                pods,
+                pods,
+                round(gpus, 4),
+                to_canonical("cpu", cpu / 100.0),
+                mem * 1e9,
+                end - start,
             )
+        )
     jobs.sort(key=lambda j: j.submit_time)
     if jobs:
         origin = jobs[0].submit_time
-        jobs = [_shifted(j, origin) for j in jobs]
+        jobs = [replace(j, submit_time=j.submit_time - origin) for j in jobs]
     return jobs
+
+
+def _table_rows(
+    path: str, columns: Sequence[str], table: str
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) of a headerless table (a header line, if there is one, is skipped)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        for cells in reader:
+            if not cells or cells[0] == columns[0]:
+                continue
+            if len(cells) != len(columns):
+                raise TraceError(
+                    f"{len(cells)} values; the {table} table has {len(columns)} "
+                    f"columns ({', '.join(columns)})",
+                    file=path,
+                    line=reader.line_num,
+                )
+            yield reader.line_num, dict(zip(columns, cells))
 
 
 def _queue_of(user: str, queues: Sequence[str]) -> str:
@@ -525,20 +520,3 @@ def _queue_of(user: str, queues: Sequence[str]) -> str:
         return f"queue-{user}"
     digest = hashlib.sha1(user.encode()).digest()
     return queues[int.from_bytes(digest[:4], "big") % len(queues)]
-
-
-def _shifted(job: TraceJob, origin: float) -> TraceJob:
-    return TraceJob(
-        job.submit_time - origin,
-        job.job,
-        job.queue,
-        job.priority_class,
-        job.pods,
-        job.min_member,
-        job.gpus_per_pod,
-        job.cpu_per_pod,
-        job.memory_per_pod,
-        job.duration,
-        job.preemptibility,
-        job.namespace,
-    )
