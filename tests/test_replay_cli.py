@@ -223,3 +223,24 @@ def test_the_progress_bar_shows_simulated_time_wall_time_and_eta():
     quiet = io.StringIO()
     ReplayProgress(10.0, quiet)(5.0, result)
     assert quiet.getvalue() == ""
+
+
+def test_a_sweep_runs_on_a_dask_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        result = kai(
+            "replay", CLUSTER, "--trace", trace(tmp_path, jobs(6)), "--out", str(out),
+            "--format", "csv", "--sweep", "proportion.kValue=0,1",
+            "--executor", f"dask:{cluster.scheduler_address}",
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "2 runs on the Dask cluster" in result.output
+    rows = read_csv(out / "comparison.csv")
+    assert [r["jobs_finished"] for r in rows] == ["6", "6"]
+    # The workers' outputs come back to this machine.
+    for i in range(2):
+        assert json.loads((out / f"run-{i:02d}" / "summary.json").read_text())["run"]["complete"]
+        assert (out / f"run-{i:02d}" / "jobs.csv").exists()

@@ -287,6 +287,12 @@ def bench(scenarios, size, backend, repeat, json_file, no_memory, input_form, li
     "PLUGIN.ARGUMENT, reclaimMinRuntime, preemptMinRuntime, usageParams.FIELD).",
 )
 @click.option("--workers", type=click.IntRange(1), help="Processes of a sweep (default: CPUs).")
+@click.option(
+    "--executor",
+    default="local",
+    show_default=True,
+    help="Where a sweep runs: 'local' processes, or 'dask:ADDRESS' (a Dask scheduler).",
+)
 @_backend_option
 def replay(
     cluster,
@@ -300,6 +306,7 @@ def replay(
     table_format,
     sweep,
     workers,
+    executor,
     backend,
 ) -> None:
     """Replay a workload trace on CLUSTER file(s), one real session per period."""
@@ -318,6 +325,7 @@ def replay(
         table_format=table_format,
         sweep=sweep,
         workers=workers,
+        executor=executor,
         echo=lambda line: click.echo(line, err=True),
     )
     if code:

@@ -153,6 +153,7 @@ def run_replay(
     table_format: str = "auto",
     sweep: Sequence[str] = (),
     workers: int | None = None,
+    executor: str = "local",
     echo: Any = print,
 ) -> int:
     """Run a replay and write its outputs; returns the exit code.
@@ -194,6 +195,7 @@ def run_replay(
             table_format=table_format,
             backend=backend,
             workers=workers,
+            executor=executor,
             echo=echo,
         )
         for row in rows:

@@ -9,8 +9,9 @@ combination.  Keys:
 * ``usageParams.FIELD``: time-based fair share's usage parameters
   (``usageParams.halfLifePeriod``, ``usageParams.windowSize``).
 
-The runs go to local worker processes (``workers``, default one per CPU); each writes
-its own outputs into ``DIR/run-NN/``, and ``DIR`` receives ``comparison.csv`` and
+The runs go to local worker processes (``workers``, default one per CPU), or to a Dask
+cluster (``executor="dask:ADDRESS"``) when a sweep outgrows one machine.  Each run's
+outputs go into ``DIR/run-NN/``, and ``DIR`` receives ``comparison.csv`` and
 ``comparison.json`` (one row per run: its settings and headline figures) and overlaid
 plots (``plots/sweep_utilization.png``, ``plots/sweep_jct.png``).
 """
@@ -103,18 +104,26 @@ def _label(settings: dict[str, str]) -> str:
 
 
 def _run(args: tuple[Any, ...]) -> dict[str, Any]:
-    """One run of the sweep, in a worker process: replay, write, report back."""
+    """One run of the sweep, on a worker: replay, then hand back the figures and the
+    files of its outputs (the worker may be another machine, with its own disk)."""
+    import tempfile
+
     from kai.replay.report import summary, write_outputs
     from kai.replay.simulator import Replay
 
-    cluster, trace, config, period, until, out_dir, html, table_format, backend = args
+    cluster, trace, config, period, until, html, table_format, backend = args
     result = Replay(
         cluster, trace, config=config, period=period, until=until, backend=backend
     ).run()
-    write_outputs(result, out_dir, html=html, table_format=table_format)
+    files: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix="kai-replay-") as tmp:
+        for path in write_outputs(result, tmp, html=html, table_format=table_format):
+            with open(path, "rb") as fh:
+                files[os.path.relpath(path, tmp)] = fh.read()
     total = result.total_gpus or 1.0
     return {
         "summary": summary(result),
+        "files": files,
         "times": [row.time / 3600 for row in result.timeline],
         "utilization": [sum(row.allocated.values()) / total for row in result.timeline],
         "jct": sorted(
@@ -123,6 +132,28 @@ def _run(args: tuple[Any, ...]) -> dict[str, Any]:
             if r.finish is not None
         ),
     }
+
+
+def _map_local(jobs: list[tuple[Any, ...]], workers: int | None) -> list[dict[str, Any]]:
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    if workers == 1:
+        return [_run(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_run, jobs))
+
+
+def _map_dask(jobs: list[tuple[Any, ...]], address: str) -> list[dict[str, Any]]:
+    """The runs as tasks of a Dask cluster (its scheduler at ``address``)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError(
+            "running a sweep on Dask needs the distributed package: pip install 'kai[dask]'",
+            obj="--executor",
+        ) from None
+    with Client(address) as client:
+        futures = client.map(_run, jobs, pure=False)
+        return client.gather(futures)
 
 
 COMPARISON_COLUMNS = (
@@ -154,24 +185,35 @@ def run_sweep(
     table_format: str = "auto",
     backend: str | None = None,
     workers: int | None = None,
+    executor: str = "local",
     echo: Callable[[str], Any] = print,
 ) -> list[dict[str, Any]]:
-    """Run the grid in local processes; write every run's outputs and the comparison."""
+    """Run the grid and write every run's outputs and the comparison.
+
+    ``executor``: ``"local"`` (``workers`` processes, default one per CPU) or
+    ``"dask:ADDRESS"``, the scheduler of a Dask cluster (``tcp://host:8786``) that
+    runs them as tasks.
+    """
     grid = parse_grid(specs)
     configs = [with_settings(base, settings) for settings in grid]
-    os.makedirs(out_dir, exist_ok=True)
-    dirs = [os.path.join(out_dir, f"run-{i:02d}") for i in range(len(grid))]
-    jobs = [
-        (cluster, trace, cfg, period, until, d, html, table_format, backend)
-        for cfg, d in zip(configs, dirs)
-    ]
-    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
-    echo(f"kai replay: {len(jobs)} runs in {workers} processes")
-    if workers == 1:
-        results = [_run(j) for j in jobs]
+    jobs = [(cluster, trace, cfg, period, until, html, table_format, backend) for cfg in configs]
+    if executor == "local":
+        echo(f"kai replay: {len(jobs)} runs in local processes")
+        results = _map_local(jobs, workers)
+    elif executor.startswith("dask:"):
+        echo(f"kai replay: {len(jobs)} runs on the Dask cluster at {executor[5:]}")
+        results = _map_dask(jobs, executor[5:])
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_run, jobs))
+        raise InputError(
+            f"{executor!r}: expected 'local' or 'dask:SCHEDULER_ADDRESS'", obj="--executor"
+        )
+    os.makedirs(out_dir, exist_ok=True)
+    for i, res in enumerate(results):
+        for name, data in res.pop("files").items():
+            path = os.path.join(out_dir, f"run-{i:02d}", name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(data)
     rows = []
     for i, (settings, res) in enumerate(zip(grid, results)):
         overall = res["summary"]["overall"]
