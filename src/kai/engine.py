@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
+from kai import _fast
 from kai.actions import get_action
 from kai.api.errors import InputError
-from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ClusterState, Job, TaskStatus
+from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ClusterState, Job, Task, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
 from kai.api.preemptibility import (
     NON_PREEMPTIBLE,
@@ -365,6 +366,38 @@ def _job_result(
     )
 
 
+class _collect:
+    """The per-pod and per-group loops of :func:`collect_result`; the reference for
+    ``kai._fast.collect``, which gives the same results."""
+
+    @staticmethod
+    def pod_results(tasks: list[Task], names: list[str]) -> dict[str, PodResult]:
+        pending = TaskStatus.PENDING
+        output_status = _OUTPUT_STATUS
+        keys = [f"{t.namespace}/{t.name}" for t in tasks]
+        results = [
+            PodResult(
+                output_status[t.status],
+                names[t.node]
+                if t.node >= 0
+                else (None if t.status is pending else t.pod.node_name),
+            )
+            for t in tasks
+        ]
+        return dict(sorted(zip(keys, results)))  # keys are unique: results never compared
+
+    @staticmethod
+    def group_results(
+        jobs: dict[str, Job],
+        annotations: _Annotations,
+        evictions: dict[str, list[DecisionRecord]],
+    ) -> dict[str, PodGroupResult]:
+        return {
+            key: _job_result(key, jobs[key], annotations, tuple(evictions.get(key, ())))
+            for key in sorted(jobs)
+        }
+
+
 # The status published for a group that is not semi-preemptible, shared read-only.
 _STATUS_OF = {
     value: MappingProxyType({"preemptibility": value}) for value in (PREEMPTIBLE, NON_PREEMPTIBLE)
@@ -418,24 +451,10 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
             if job is not None and (last_start := job.new_start_timestamp) is not None:
                 d.pod_group_annotations = annotations(last_start)
         d.task = None  # the result does not keep the session's state alive
-    names = ssn.nodes.names
-    pending = TaskStatus.PENDING
-    output_status = _OUTPUT_STATUS
-    tasks = ssn.state.all_tasks()
-    keys = [f"{t.namespace}/{t.name}" for t in tasks]
-    results = [
-        PodResult(
-            output_status[t.status],
-            names[t.node] if t.node >= 0 else (None if t.status is pending else t.pod.node_name),
-        )
-        for t in tasks
-    ]
-    pods = dict(sorted(zip(keys, results)))  # keys are unique: results never compared
-    jobs = ssn.jobs
-    groups = {
-        key: _job_result(key, jobs[key], annotations, tuple(evictions.get(key, ())))
-        for key in sorted(jobs)
-    }
+    compiled = _fast.module("collect")
+    collect = _collect if compiled is None else compiled
+    pods = collect.pod_results(ssn.state.all_tasks(), ssn.nodes.names)
+    groups = collect.group_results(ssn.jobs, annotations, evictions)
     queues = {}
     for name in sorted(ssn.queues):
         fair = ssn.queue_info("queue_fair_share", name) or {}

@@ -7,6 +7,7 @@ draw the queue tree and show quantities in the units people read (cores, GiB).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -15,10 +16,51 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
+try:  # a dependency; json alone writes the same text, slower
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None  # type: ignore[assignment]
+
+from kai import _fast
 from kai.api.resources import INSUFFICIENT_RESOURCES, nodes_text
 from kai.engine import IDLE_REASON, DecisionRecord, PodGroupResult, QueueResult, SessionResult
 
 GIB = float(2**30)
+
+
+# ------------------------------------------------------------------ JSON
+def dumps_json(document: Any) -> str:
+    """``json.dumps(document, indent=2)``: the JSON ``kai simulate`` prints.
+
+    orjson writes it when installed and when it gives the same text: every value is a
+    plain JSON type, no float needs an exponent (repr and orjson write those
+    differently), and no character needs an escape that only ``json`` makes.
+    """
+    if orjson is not None:
+        compiled = _fast.module("collect")
+        plain = _json_plain if compiled is None else compiled.json_plain
+        if plain(document):
+            try:
+                data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+            except TypeError:  # an integer beyond 64 bits, nesting too deep
+                data = b"\x7f"
+            if data.isascii() and b"\x7f" not in data:
+                return data.decode("ascii")
+    return json.dumps(document, indent=2)
+
+
+def _json_plain(value: Any) -> bool:
+    """Whether orjson writes ``value`` as ``json`` does (see :func:`dumps_json`)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return value == 0.0 or 1e-4 <= abs(value) < 1e16
+    if kind is dict:
+        return all(type(k) is str and _json_plain(v) for k, v in value.items())
+    if kind is list or kind is tuple:
+        return all(_json_plain(v) for v in value)
+    return False
 
 
 def _table(

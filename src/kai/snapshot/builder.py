@@ -14,6 +14,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
+from kai import _fast
 from kai.api.model import (
     ON_NODE,
     ClusterState,
@@ -48,25 +49,30 @@ def build_state(
 ) -> ClusterState:
     table = _resource_table(objects)
     nodes = NodeTable(objects.nodes, table)
-    priorities = {pc.name: pc.value for pc in objects.priority_classes}
-    global_default = next((pc.value for pc in objects.priority_classes if pc.global_default), None)
-    queues = _build_queues(objects)
-    owners = _owner_index(objects.others)
-
-    def lookup(namespace: str, ref: OwnerReference) -> GenericObject | None:
-        if ref.uid and ref.uid in owners["uid"]:
-            return owners["uid"][ref.uid]
-        return owners["name"].get((namespace, ref.kind, ref.name)) or owners["name"].get(
-            (None, ref.kind, ref.name)
-        )
-
-    state = ClusterState(resources=table, nodes=nodes, tasks=[], jobs={}, queues=queues)
-    make_task = _TaskMaker(state)
+    state = ClusterState(
+        resources=table, nodes=nodes, tasks=[], jobs={}, queues=_build_queues(objects)
+    )
     state.node_metrics = {m.name: m for m in objects.node_metrics}
-    # Pod groups in job order, each with the list its pods are collected into.  Pods
-    # find their group through per-namespace maps of names (string keys hash once).
+    make_job = _JobMaker(state, objects)
+    compiled = _fast.module("build")
+    if compiled is None:
+        groups, members, lists = _group_index(objects.pod_groups)
+        placed = _assemble(make_job, objects.pods, scheduler_name, groups, members, lists)
+    else:
+        groups, members, lists = compiled.group_index(objects.pod_groups)
+        placed = compiled.assemble(make_job, objects.pods, scheduler_name, groups, members, lists)
+    _charge_placed(nodes, placed)
+    return state
+
+
+def _group_index(
+    pod_groups: list[PodGroupObject],
+) -> tuple[list[PodGroupObject], list[list[PodObject]], dict[str, dict[str, list[PodObject]]]]:
+    """Pod groups in job order, the list each one's pods are collected into, and those
+    lists by namespace and name (pods find their group through per-namespace maps of
+    names: string keys hash once)."""
     by_namespace: dict[str, dict[str, PodGroupObject]] = defaultdict(dict)
-    for pg in objects.pod_groups:
+    for pg in pod_groups:
         by_namespace[pg.namespace][pg.name] = pg
     ordered_groups: list[PodGroupObject] = []
     members: list[list[PodObject]] = []
@@ -77,13 +83,28 @@ def build_state(
         pods_of: list[list[PodObject]] = [[] for _ in items]
         members.extend(pods_of)
         lists[namespace] = dict(zip(map(itemgetter(0), items), pods_of))
+    return ordered_groups, members, lists
+
+
+def _assemble(
+    make_job: _JobMaker,
+    pods: list[PodObject],
+    scheduler_name: str,
+    ordered_groups: list[PodGroupObject],
+    members: list[list[PodObject]],
+    lists: dict[str, dict[str, list[PodObject]]],
+) -> list[Task]:
+    """Make every task and job, in job order; the tasks on a node, to be charged to it.
+
+    The reference for ``kai._fast.build.assemble``, which gives the same state.
+    """
+    state = make_job.state
     no_groups: dict[str, list[PodObject]] = {}
     missing_group: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
     singles: list[PodObject] = []
-
-    for pod in objects.pods:
+    for pod in pods:
         if pod.scheduler_name != scheduler_name:
-            _add_foreign(state, make_task(pod, None))
+            _add_foreign(state, make_job.make_task(pod, None))
             continue
         group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
         if group_name:
@@ -94,8 +115,84 @@ def build_state(
                 missing_group[(pod.namespace, group_name)].append(pod)
         else:
             singles.append(pod)
+    for pg, pods_of in zip(ordered_groups, members):
+        min_member = 1 if pg.min_member is None else pg.min_member
+        # KAI identifies a job by its PodGroup name; it breaks ordering ties.
+        make_job(pg.name, pg.name, pg.namespace, pg, pods_of, min_member)
+    for key in sorted(missing_group):
+        namespace, name = key
+        make_job(
+            f"{namespace}/{name}",
+            name,
+            namespace,
+            None,
+            missing_group[key],
+            1,
+            missing_pod_group(key),
+        )
+    for pod in sorted(singles, key=_namespace_name):
+        # Named like the PodGroup KAI's pod grouper would create for it.
+        make_job(f"pg-{pod.name}-{pod.uid}", pod.name, pod.namespace, None, [pod], 1)
+    return [t for t in state.tasks + state.foreign_tasks if t.node >= 0]
 
-    def priority_of(pg: PodGroupObject | None, pods: list[PodObject]) -> int:
+
+def missing_pod_group(key: tuple[str, str]) -> str:
+    """The invalid reason of the pods that name a PodGroup the snapshot lacks."""
+    namespace, name = key
+    return (
+        f"PodGroup {namespace}/{name} named by the pods' "
+        f"{POD_GROUP_ANNOTATION} annotation does not exist"
+    )
+
+
+def _charge_placed(nodes: NodeTable, placed: list[Task]) -> None:
+    """Charge the tasks already on a node (in state order) to their nodes."""
+    not_idle = (TaskStatus.RELEASING, TaskStatus.PIPELINED)  # add_task's other cases
+    if placed and not any(
+        t.status in not_idle or t.gpu_fraction > 0 or t.gpu_memory_mib > 0 for t in placed
+    ):
+        # What add_task does per task, in bulk: np.add.at adds the rows in task order,
+        # so the sums are bit-identical to charging the tasks one at a time.
+        rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
+        requests = np.array([t.request for t in placed], dtype=np.float64)
+        np.add.at(nodes.used, rows, requests)
+        np.subtract.at(nodes.idle, rows, requests)
+        node_tasks = nodes.tasks
+        for t in placed:
+            node_tasks[t.node].add(t)
+        nodes.version += len(placed)
+    else:
+        for task in placed:
+            nodes.add_task(task)
+
+
+class _JobMaker:
+    """Makes the jobs of one state, with their tasks: ``maker(uid, name, namespace,
+    pod_group, pods, min_member, invalid=None)`` adds the job to the state."""
+
+    def __init__(self, state: ClusterState, objects: ClusterObjects) -> None:
+        self.state = state
+        self.make_task = _TaskMaker(state)
+        self.priorities = {pc.name: pc.value for pc in objects.priority_classes}
+        self.global_default = next(
+            (pc.value for pc in objects.priority_classes if pc.global_default), None
+        )
+        owners = _owner_index(objects.others)
+        self.by_uid: dict[str, GenericObject] = owners["uid"]
+        self.by_name: dict[tuple, GenericObject] = owners["name"]
+        # Queue -> why jobs cannot be submitted to it (None: they can).
+        self.queue_problems: dict[str | None, str | None] = {}
+
+    def lookup(self, namespace: str, ref: OwnerReference) -> GenericObject | None:
+        if ref.uid and ref.uid in self.by_uid:
+            return self.by_uid[ref.uid]
+        by_name = self.by_name
+        return by_name.get((namespace, ref.kind, ref.name)) or by_name.get(
+            (None, ref.kind, ref.name)
+        )
+
+    def priority_of(self, pg: PodGroupObject | None, pods: list[PodObject]) -> int:
+        priorities = self.priorities
         if pg is not None and pg.priority_class_name and pg.priority_class_name in priorities:
             return priorities[pg.priority_class_name]
         for pod in pods:
@@ -104,15 +201,26 @@ def build_state(
         for pod in pods:
             if pod.priority_class_name and pod.priority_class_name in priorities:
                 return priorities[pod.priority_class_name]
-        return global_default if global_default is not None else DEFAULT_PRIORITY
+        return self.global_default if self.global_default is not None else DEFAULT_PRIORITY
 
-    all_tasks = state.tasks
-    add_task = all_tasks.append
-    running = (TaskStatus.RUNNING, TaskStatus.BOUND)
-    queue_problems: dict[str | None, str | None] = {}
-    jobs = state.jobs
+    def queue_problem(self, queue: str | None) -> str | None:
+        problems = self.queue_problems
+        if queue not in problems:
+            problems[queue] = _queue_problem(queue, self.state.queues)
+        return problems[queue]
 
-    def make_job(uid, name, namespace, pg, pods, min_member, invalid=None) -> Job:
+    def __call__(
+        self,
+        uid: str,
+        name: str,
+        namespace: str,
+        pg: PodGroupObject | None,
+        pods: list[PodObject],
+        min_member: int,
+        invalid: str | None = None,
+    ) -> Job:
+        state = self.state
+        make_task = self.make_task
         # Most jobs have one pod: that case avoids the sorts and scans over pods.
         single = len(pods) == 1
         if not single:
@@ -123,8 +231,8 @@ def build_state(
                 if QUEUE_LABEL in p.labels:
                     queue = p.labels[QUEUE_LABEL]
                     break
-        priority = priority_of(pg, pods)
-        pre = resolve_preemptibility(pg, pods, priority, lookup)
+        priority = self.priority_of(pg, pods)
+        pre = resolve_preemptibility(pg, pods, priority, self.lookup)
         created = pg.creation_timestamp if pg is not None else None
         if created is None:
             if single:
@@ -150,70 +258,32 @@ def build_state(
         if single:
             task = make_task(pods[0], job)
             tasks.append(task)
-            add_task(task)
-            if job.last_start_timestamp is None and task.status in running:
+            state.tasks.append(task)
+            if job.last_start_timestamp is None and task.status in _RUNNING:
                 pod = task.pod
                 job.last_start_timestamp = pod.start_time or pod.creation_timestamp
         else:
             for pod in pods:
                 tasks.append(make_task(pod, job))
-            all_tasks.extend(tasks)
+            state.tasks.extend(tasks)
             if job.last_start_timestamp is None:
                 job.last_start_timestamp = earliest(
                     [
                         t.pod.start_time or t.pod.creation_timestamp
                         for t in tasks
-                        if t.status in running
+                        if t.status in _RUNNING
                     ]
                 )
         if invalid:
             job.invalid_reason = invalid
         elif job.invalid_reason is None:  # a pod's bad GPU annotation may have set it
-            if queue not in queue_problems:
-                queue_problems[queue] = _queue_problem(queue, queues)
-            job.invalid_reason = queue_problems[queue]
-        jobs[f"{namespace}/{name}"] = job
+            job.invalid_reason = self.queue_problem(queue)
+        state.jobs[f"{namespace}/{name}"] = job
         return job
 
-    for pg, pods in zip(ordered_groups, members):
-        min_member = 1 if pg.min_member is None else pg.min_member
-        # KAI identifies a job by its PodGroup name; it breaks ordering ties.
-        make_job(pg.name, pg.name, pg.namespace, pg, pods, min_member)
-    for key in sorted(missing_group):
-        namespace, name = key
-        make_job(
-            f"{namespace}/{name}",
-            name,
-            namespace,
-            None,
-            missing_group[key],
-            1,
-            invalid=f"PodGroup {namespace}/{name} named by the pods' "
-            f"{POD_GROUP_ANNOTATION} annotation does not exist",
-        )
-    for pod in sorted(singles, key=lambda p: (p.namespace, p.name)):
-        # Named like the PodGroup KAI's pod grouper would create for it.
-        make_job(f"pg-{pod.name}-{pod.uid}", pod.name, pod.namespace, None, [pod], 1)
 
-    placed = [t for t in state.tasks + state.foreign_tasks if t.node >= 0]
-    not_idle = (TaskStatus.RELEASING, TaskStatus.PIPELINED)  # add_task's other cases
-    if placed and not any(
-        t.status in not_idle or t.gpu_fraction > 0 or t.gpu_memory_mib > 0 for t in placed
-    ):
-        # What add_task does per task, in bulk: np.add.at adds the rows in task order,
-        # so the sums are bit-identical to charging the tasks one at a time.
-        rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
-        requests = np.array([t.request for t in placed], dtype=np.float64)
-        np.add.at(nodes.used, rows, requests)
-        np.subtract.at(nodes.idle, rows, requests)
-        node_tasks = nodes.tasks
-        for t in placed:
-            node_tasks[t.node].add(t)
-        nodes.version += len(placed)
-    else:
-        for task in placed:
-            nodes.add_task(task)
-    return state
+_RUNNING = (TaskStatus.RUNNING, TaskStatus.BOUND)
+_namespace_name = attrgetter("namespace", "name")
 
 
 def pod_status(pod: PodObject) -> TaskStatus:

@@ -25,6 +25,12 @@ from typing import Any
 
 import yaml
 
+try:  # a dependency; json alone reads the same documents, slower
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None  # type: ignore[assignment]
+
+from kai import _fast
 from kai.api.errors import ConfigError, InputError
 from kai.api.objects import (
     API_GROUPS_KAI,
@@ -925,6 +931,9 @@ class _Builder:
         # Pods of one workload ask for the same resources: they share one requests map
         # (objects are read-only), which lets a session convert it to a vector once.
         self._requests: dict[tuple, dict[str, float]] = {}
+        # What kai._fast.convert parses once per load (timestamps, quantities).
+        self._fast_cache: Any = None
+        self._compiled = _fast.module("convert")
 
     # -- documents
 
@@ -938,7 +947,9 @@ class _Builder:
                 file=file,
                 document=index,
             )
-        self._add(doc, file, index, None, None)
+        compiled = self._compiled
+        if compiled is None or not compiled.add(self, doc, file, index):
+            self._add(doc, file, index, None, None)
 
     def _add(
         self,
@@ -1057,18 +1068,25 @@ class _Builder:
         inherited = None
         if kind != "List":
             inherited = (api_version, kind[: -len("List")])
+        if self._compiled is not None:
+            # Usual pods and pod groups converted in C; every other item through _add.
+            self._compiled.add_items(self, items, file, index, prefix, inherited)
+            return
         for i, it in enumerate(items):
-            where = f"{prefix}items[{i}]"
-            if it is None:
-                continue
-            if not isinstance(it, dict):
-                raise InputError(
-                    f"list item is not a Kubernetes object (expected a map, got {_type_name(it)})",
-                    file=file,
-                    document=index,
-                    obj=where,
-                )
-            self._add(it, file, index, where, inherited)
+            if it is not None:
+                self._add_item(it, file, index, f"{prefix}items[{i}]", inherited)
+
+    def _add_item(
+        self, it: Any, file: str, index: int, where: str, inherited: tuple[str, str] | None
+    ) -> None:
+        if not isinstance(it, dict):
+            raise InputError(
+                f"list item is not a Kubernetes object (expected a map, got {_type_name(it)})",
+                file=file,
+                document=index,
+                obj=where,
+            )
+        self._add(it, file, index, where, inherited)
 
     @staticmethod
     def _label(kind: Any, obj: dict, where: str | None) -> str | None:
@@ -1239,12 +1257,24 @@ def _yaml_documents(text: str) -> Iterator[Any]:
         loader.dispose()
 
 
+def _json_loads(text: str) -> Any:
+    """``json.loads``, by orjson where it reads the text (orjson refuses what JSON does
+    not allow and ``json`` accepts, such as NaN or integers beyond 64 bits: those are
+    read by ``json``, so the result is always ``json.loads``'s)."""
+    if orjson is not None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def _iter_documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
     """Yield (document index, parsed document) of a YAML or JSON text."""
     head = text.lstrip()[:1]
     if head in ("{", "["):
         try:
-            doc = json.loads(text)
+            doc = _json_loads(text)
         except ValueError:
             pass  # not plain JSON: let the YAML parser read it (and report errors)
         else:

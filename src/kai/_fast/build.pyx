@@ -1,0 +1,380 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled ``kai.snapshot.builder._assemble``: every task and job of a state.
+
+Single pods and gangs of plain pods (no shared-GPU annotation, no owner or label that
+names a preemptibility, no deletion in progress, on a known node if on any) are made
+here: parsed objects are read, and tasks and jobs written, slot by slot
+(``kai/_fast/slots.pxd``). Any other job, and any pod this code does not take, is
+made by the Python builder, in the same order: the state is the same, object for
+object.
+"""
+
+from operator import attrgetter
+
+from kai.api.model import ON_NODE, Job, Task, TaskStatus
+from kai.api.objects import PodGroupObject, PodObject
+from kai.api.preemptibility import PREEMPTIBILITY_LABEL, resolve_preemptibility
+from kai.snapshot.builder import (
+    GPU_FRACTION_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
+    POD_GROUP_ANNOTATION,
+    QUEUE_LABEL,
+    _add_foreign,
+    earliest,
+    missing_pod_group,
+    pod_status,
+)
+
+from kai._fast.slots cimport get, layout, new_object, offset_of, put
+
+cdef tuple TASK_FIELDS = (
+    "uid", "name", "namespace", "job", "request", "status", "pod", "node",
+    "gpu_fraction", "gpu_memory_mib", "gpu_group", "creation_timestamp",
+    "virtually_evicted",
+)
+cdef tuple JOB_FIELDS = (
+    "uid", "name", "namespace", "queue", "priority", "min_member", "preemptible",
+    "preemptibility", "creation_timestamp", "tasks", "pod_group",
+    "last_start_timestamp", "stale_timestamp", "last_eviction_timestamp",
+    "staleness_grace_period", "preemption_delay", "invalid_reason", "warnings",
+    "fit_errors", "new_start_timestamp", "stale_since_set",
+)
+cdef Py_ssize_t TASK_OFF[13]
+cdef Py_ssize_t JOB_OFF[21]
+# Whether Task and Job still have the fields above (else: made through the classes).
+cdef bint DIRECT = layout(Task, TASK_FIELDS, TASK_OFF) and layout(Job, JOB_FIELDS, JOB_OFF)
+
+# The fields read of parsed pods and pod groups, by index.
+cdef enum:
+    P_NAME, P_NAMESPACE, P_UID, P_LABELS, P_ANNOTATIONS, P_OWNERS, P_CREATED,
+    P_DELETED, P_SCHEDULER, P_NODE, P_PRIORITY, P_PRIORITY_CLASS, P_REQUESTS, P_PHASE,
+    P_GATES, P_STARTED, P_COUNT
+cdef tuple POD_READ = (
+    "name", "namespace", "uid", "labels", "annotations", "owner_references",
+    "creation_timestamp", "deletion_timestamp", "scheduler_name", "node_name",
+    "priority", "priority_class_name", "requests", "phase", "scheduling_gates",
+    "start_time",
+)
+cdef enum:
+    G_NAME, G_NAMESPACE, G_MIN_MEMBER, G_QUEUE, G_PRIORITY_CLASS, G_PREEMPTIBILITY,
+    G_OWNERS, G_CREATED, G_LAST_START, G_STALE, G_LAST_EVICTION, G_GRACE, G_DELAY,
+    G_COUNT
+cdef tuple GROUP_READ = (
+    "name", "namespace", "min_member", "queue", "priority_class_name", "preemptibility",
+    "owner_references", "creation_timestamp", "last_start_timestamp", "stale_timestamp",
+    "last_eviction_timestamp", "staleness_grace_period", "preemption_delay",
+)
+cdef Py_ssize_t POD_OFF[P_COUNT]
+cdef Py_ssize_t GROUP_OFF[G_COUNT]
+
+
+cdef bint _offsets(type cls, tuple names, Py_ssize_t* out) except -1:
+    cdef Py_ssize_t i
+    for i in range(len(names)):
+        out[i] = offset_of(cls, names[i])
+        if out[i] < 0:
+            return False
+    return True
+
+
+cdef bint POD_SLOTS = _offsets(PodObject, POD_READ, POD_OFF)
+cdef bint GROUP_SLOTS = _offsets(PodGroupObject, GROUP_READ, GROUP_OFF)
+
+
+cdef inline object pf(object pod, int field):
+    """A field of a parsed pod: read at its offset from a PodObject."""
+    if POD_SLOTS and type(pod) is PodObject:
+        return get(pod, POD_OFF[field])
+    return getattr(pod, POD_READ[field])
+
+
+cdef inline object gf(object pg, int field):
+    """A field of a parsed pod group."""
+    if GROUP_SLOTS and type(pg) is PodGroupObject:
+        return get(pg, GROUP_OFF[field])
+    return getattr(pg, GROUP_READ[field])
+
+
+cdef object PENDING = TaskStatus.PENDING
+cdef object RUNNING = TaskStatus.RUNNING
+cdef object BOUND = TaskStatus.BOUND
+cdef object ZERO = 0.0
+cdef object by_pod_name = attrgetter("name")
+cdef object by_namespace_name = attrgetter("namespace", "name")
+
+
+cdef class _Maker:
+    cdef object maker, state, make_task, node_index, default_priority, on_node
+    cdef list tasks
+    cdef dict jobs, by_map, priorities
+    cdef dict preemptibility  # priority -> (preemptible, value, warnings or None)
+    cdef dict queue_problems
+    cdef bint delegated  # the Python maker made a task of the job being made
+
+    def __init__(self, maker):
+        self.maker = maker
+        self.state = maker.state
+        self.make_task = maker.make_task
+        self.tasks = self.state.tasks
+        self.jobs = self.state.jobs
+        self.by_map = self.make_task.by_map
+        self.node_index = self.make_task.node_index
+        self.priorities = maker.priorities
+        self.default_priority = maker.priority_of(None, [])
+        self.preemptibility = {}
+        self.queue_problems = {}
+        self.on_node = ON_NODE
+
+    cdef object task(self, object pod, object job):
+        """The task of a plain pod, or one the Python maker makes."""
+        annotations = pf(pod, P_ANNOTATIONS)
+        if (
+            GPU_FRACTION_ANNOTATION in annotations
+            or GPU_MEMORY_ANNOTATION in annotations
+            or pf(pod, P_DELETED) is not None
+        ):
+            self.delegated = True
+            return self.make_task(pod, job)
+        requests = pf(pod, P_REQUESTS)
+        request = self.by_map.get(id(requests))
+        if request is None:
+            request = self.make_task.request_vector(requests)
+            self.by_map[id(requests)] = request
+        phase = pf(pod, P_PHASE)
+        node_name = pf(pod, P_NODE)
+        if phase == "Running":
+            status = RUNNING
+        elif phase == "Pending" and not node_name and not pf(pod, P_GATES):
+            status = PENDING
+        else:
+            status = pod_status(pod)
+        node = -1
+        if node_name is not None and status in self.on_node:
+            node = self.node_index.get(node_name, -1)
+            if node < 0:
+                self.delegated = True
+                return self.make_task(pod, job)  # which warns about the unknown node
+        name = pf(pod, P_NAME)
+        namespace = pf(pod, P_NAMESPACE)
+        uid = pf(pod, P_UID) or f"{namespace}/{name}"
+        if not DIRECT:
+            return Task(uid, name, namespace, job, request, status, pod, node, 0.0, 0.0,
+                        None, pf(pod, P_CREATED))
+        t = new_object(Task)
+        put(t, TASK_OFF[0], uid)
+        put(t, TASK_OFF[1], name)
+        put(t, TASK_OFF[2], namespace)
+        put(t, TASK_OFF[3], job)
+        put(t, TASK_OFF[4], request)
+        put(t, TASK_OFF[5], status)
+        put(t, TASK_OFF[6], pod)
+        put(t, TASK_OFF[7], node)
+        put(t, TASK_OFF[8], ZERO)
+        put(t, TASK_OFF[9], ZERO)
+        put(t, TASK_OFF[10], None)
+        put(t, TASK_OFF[11], pf(pod, P_CREATED))
+        put(t, TASK_OFF[12], False)
+        return t
+
+    cdef object priority(self, object pg, list pods):
+        """maker.priority_of."""
+        cdef dict priorities = self.priorities
+        if pg is not None:
+            name = gf(pg, G_PRIORITY_CLASS)
+            if name and name in priorities:
+                return priorities[name]
+        for pod in pods:
+            value = pf(pod, P_PRIORITY)
+            if value is not None:
+                return value
+        for pod in pods:
+            name = pf(pod, P_PRIORITY_CLASS)
+            if name and name in priorities:
+                return priorities[name]
+        return self.default_priority
+
+    cdef object job(self, object uid, object name, object namespace, object pg, list pods,
+                    object min_member):
+        """Make and add one job (the Python maker takes what this does not)."""
+        cdef Py_ssize_t n = len(pods)
+        cdef bint single = n == 1
+        if pg is not None and (
+            gf(pg, G_PREEMPTIBILITY) is not None or gf(pg, G_OWNERS)
+        ):
+            return self.maker(uid, name, namespace, pg, pods, min_member)
+        for pod in pods:
+            if pf(pod, P_OWNERS) or PREEMPTIBILITY_LABEL in pf(pod, P_LABELS):
+                return self.maker(uid, name, namespace, pg, pods, min_member)
+        if not single:
+            pods = sorted(pods, key=by_pod_name)
+        queue = gf(pg, G_QUEUE) if pg is not None else None
+        if not queue:
+            queue = None
+            for pod in pods:
+                labels = pf(pod, P_LABELS)
+                if QUEUE_LABEL in labels:
+                    queue = labels[QUEUE_LABEL]
+                    break
+        priority = self.priority(pg, pods)
+        pre = self.preemptibility.get(priority)
+        if pre is None:
+            # No explicit value: the priority rule, the same for every such job.
+            resolved = resolve_preemptibility(None, (), priority, self.maker.lookup)
+            pre = self.preemptibility[priority] = (
+                resolved.preemptible, resolved.value, resolved.warning
+            )
+        preemptible, value, warning = <tuple>pre
+        created = gf(pg, G_CREATED) if pg is not None else None
+        if created is None:
+            if single:
+                created = pf(pods[0], P_CREATED)
+            else:
+                created = earliest([pf(p, P_CREATED) for p in pods])
+        last_start = gf(pg, G_LAST_START) if pg is not None else None
+        cdef list tasks = []
+        if DIRECT:
+            job = new_object(Job)
+            put(job, JOB_OFF[0], uid)
+            put(job, JOB_OFF[1], name)
+            put(job, JOB_OFF[2], namespace)
+            put(job, JOB_OFF[3], queue)
+            put(job, JOB_OFF[4], priority)
+            put(job, JOB_OFF[5], min_member)
+            put(job, JOB_OFF[6], preemptible)
+            put(job, JOB_OFF[7], value)
+            put(job, JOB_OFF[8], created)
+            put(job, JOB_OFF[9], tasks)
+            put(job, JOB_OFF[10], pg)
+            put(job, JOB_OFF[11], last_start)
+            if pg is None:
+                put(job, JOB_OFF[12], None)
+                put(job, JOB_OFF[13], None)
+                put(job, JOB_OFF[14], None)
+                put(job, JOB_OFF[15], None)
+            else:
+                put(job, JOB_OFF[12], gf(pg, G_STALE))
+                put(job, JOB_OFF[13], gf(pg, G_LAST_EVICTION))
+                put(job, JOB_OFF[14], gf(pg, G_GRACE))
+                put(job, JOB_OFF[15], gf(pg, G_DELAY))
+            put(job, JOB_OFF[16], None)
+            put(job, JOB_OFF[17], [warning] if warning else [])
+            put(job, JOB_OFF[18], [])
+            put(job, JOB_OFF[19], None)
+            put(job, JOB_OFF[20], None)
+        else:
+            job = Job(uid, name, namespace, queue, priority, min_member, preemptible, value,
+                      created, tasks, pg)
+            if warning:
+                job.warnings.append(warning)
+        self.delegated = False
+        for pod in pods:
+            tasks.append(self.task(pod, job))
+        self.tasks.extend(tasks)
+        if last_start is None:
+            if single:
+                task = tasks[0]
+                status = task.status
+                if status is RUNNING or status is BOUND:
+                    pod = pods[0]
+                    job.last_start_timestamp = pf(pod, P_STARTED) or pf(pod, P_CREATED)
+            else:
+                job.last_start_timestamp = earliest(
+                    [
+                        pf(t.pod, P_STARTED) or pf(t.pod, P_CREATED)
+                        for t in tasks
+                        if t.status is RUNNING or t.status is BOUND
+                    ]
+                )
+        # A pod's bad GPU annotation may have set the invalid reason.
+        if not self.delegated or job.invalid_reason is None:
+            problem = self.queue_problems.get(queue, self)
+            if problem is self:
+                problem = self.queue_problems[queue] = self.maker.queue_problem(queue)
+            job.invalid_reason = problem
+        self.jobs[f"{namespace}/{name}"] = job
+        return job
+
+
+def group_index(list pod_groups):
+    """``kai.snapshot.builder._group_index``, compiled."""
+    cdef dict by_namespace = {}
+    cdef dict of_namespace
+    for pg in pod_groups:
+        namespace = gf(pg, G_NAMESPACE)
+        found = by_namespace.get(namespace)
+        if found is None:
+            found = by_namespace[namespace] = {}
+        (<dict>found)[gf(pg, G_NAME)] = pg
+    cdef list ordered = []
+    cdef list members = []
+    cdef dict lists = {}
+    cdef list pods_of
+    for namespace in sorted(by_namespace):
+        groups = <dict>by_namespace[namespace]
+        of_namespace = {}
+        for name in sorted(groups):  # names are unique in a namespace
+            pods_of = []
+            ordered.append(groups[name])
+            members.append(pods_of)
+            of_namespace[name] = pods_of
+        lists[namespace] = of_namespace
+    return ordered, members, lists
+
+
+def assemble(maker, list pods, str scheduler_name, list ordered_groups, list members,
+             dict lists):
+    """``kai.snapshot.builder._assemble``, compiled (same arguments, same result)."""
+    cdef _Maker m = _Maker(maker)
+    state = maker.state
+    cdef dict no_groups = {}
+    cdef dict missing_group = {}
+    cdef list singles = []
+    for pod in pods:
+        if pf(pod, P_SCHEDULER) != scheduler_name:
+            _add_foreign(state, maker.make_task(pod, None))
+            continue
+        group_name = pf(pod, P_ANNOTATIONS).get(POD_GROUP_ANNOTATION)
+        if group_name:
+            namespace = pf(pod, P_NAMESPACE)
+            pods_of_group = (<dict>lists.get(namespace, no_groups)).get(group_name)
+            if pods_of_group is not None:
+                (<list>pods_of_group).append(pod)
+            else:
+                key = (namespace, group_name)
+                found = missing_group.get(key)
+                if found is None:
+                    missing_group[key] = [pod]
+                else:
+                    (<list>found).append(pod)
+        else:
+            singles.append(pod)
+    cdef Py_ssize_t i
+    for i in range(len(ordered_groups)):
+        pg = ordered_groups[i]
+        min_member = gf(pg, G_MIN_MEMBER)
+        name = gf(pg, G_NAME)
+        # KAI identifies a job by its PodGroup name; it breaks ordering ties.
+        m.job(name, name, gf(pg, G_NAMESPACE), pg, <list>members[i],
+              1 if min_member is None else min_member)
+    for key in sorted(missing_group):
+        namespace, name = key
+        maker(f"{namespace}/{name}", name, namespace, None, missing_group[key], 1,
+              missing_pod_group(key))
+    singles.sort(key=by_namespace_name)
+    for pod in singles:
+        name = pf(pod, P_NAME)
+        m.job(f"pg-{name}-{pf(pod, P_UID)}", name, pf(pod, P_NAMESPACE), None, [pod], 1)
+    placed = []
+    for task in m.tasks:
+        if task.node >= 0:
+            placed.append(task)
+    for task in state.foreign_tasks:
+        if task.node >= 0:
+            placed.append(task)
+    return placed
+
+
+def direct():
+    """Whether tasks and jobs are written and parsed objects read slot by slot (False:
+    the model's classes changed, and this module goes through them)."""
+    return bool(DIRECT and POD_SLOTS and GROUP_SLOTS)

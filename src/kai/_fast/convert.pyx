@@ -1,0 +1,363 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled conversion of Pod and PodGroup manifests (``kai.snapshot.loader``).
+
+``add_items`` takes the items of a ``List`` document, ``add`` one object. A pod or pod
+group of the usual shape (string maps, containers with plain requests and limits, no
+affinity, tolerations, init containers, owners or deletion) is converted here: each
+distinct timestamp and quantity text is parsed once per load, and the object is
+written slot by slot (``kai/_fast/slots.pxd``). Anything else, including every input
+error, goes to the Python loader, which converts it or raises the error naming the
+file, document, object and field: results and messages are the Python loader's.
+"""
+
+from kai.api.objects import EMPTY_MAP, PodGroupObject, PodObject, Source
+from kai.api.quantity import parse_quantity, parse_time, to_canonical
+from kai.snapshot.loader import (
+    ANNOTATION_LAST_EVICTION,
+    ANNOTATION_LAST_START,
+    ANNOTATION_STALE,
+    API_GROUPS_KAI,
+)
+
+from kai._fast.slots cimport layout, new_object, put
+
+cdef tuple POD_FIELDS = (
+    "name", "namespace", "uid", "labels", "annotations", "owner_references",
+    "creation_timestamp", "deletion_timestamp", "scheduler_name", "node_name",
+    "priority", "priority_class_name", "node_selector", "required_node_affinity",
+    "preferred_node_affinity", "tolerations", "requests", "limits", "phase",
+    "conditions", "condition_times", "nominated_node_name", "scheduling_gates",
+    "start_time", "source",
+)
+cdef tuple GROUP_FIELDS = (
+    "name", "namespace", "uid", "labels", "annotations", "owner_references",
+    "creation_timestamp", "min_member", "queue", "priority_class_name",
+    "preemptibility", "staleness_grace_period", "preemption_delay",
+    "last_start_timestamp", "stale_timestamp", "last_eviction_timestamp", "source",
+)
+cdef Py_ssize_t POD_OFF[25]
+cdef Py_ssize_t GROUP_OFF[17]
+cdef bint POD_DIRECT = layout(PodObject, POD_FIELDS, POD_OFF)
+cdef bint GROUP_DIRECT = layout(PodGroupObject, GROUP_FIELDS, GROUP_OFF)
+
+cdef tuple KAI_GROUPS = tuple(f"{g}/" for g in API_GROUPS_KAI)
+cdef object NO = object()  # "not the usual shape": the Python loader takes the object
+cdef tuple EMPTY = ()
+
+
+cdef class _Cache:
+    """What one load parses once: timestamps, quantities, the source of a document."""
+
+    cdef dict times, quantities
+    cdef object file, document, source
+
+    def __init__(self):
+        self.times = {}
+        self.quantities = {}
+        self.file = self.document = self.source = None
+
+    cdef object time(self, object value):
+        """A timestamp string as a datetime, None if absent, NO if not usual."""
+        if value is None:
+            return None
+        if type(value) is not str:
+            return NO
+        found = self.times.get(value)
+        if found is None:
+            if value == "":
+                return None
+            try:
+                found = parse_time(value)
+            except ValueError:
+                return NO
+            self.times[value] = found
+        return found
+
+    cdef object resources(self, object value):
+        """A ResourceList in canonical units, or NO."""
+        if value is None:
+            return {}
+        if type(value) is not dict:
+            return NO
+        cdef dict out = {}
+        for name, raw in (<dict>value).items():
+            if type(name) is not str:
+                return NO
+            key = (name, raw) if type(raw) is str else None
+            q = self.quantities.get(key) if key is not None else None
+            if q is None:
+                try:
+                    q = parse_quantity(raw, what=name)
+                except ValueError:
+                    return NO
+                if q < 0:
+                    return NO
+                q = to_canonical(name, q)
+                if key is not None:
+                    self.quantities[key] = q
+            out[name] = q
+        return out
+
+    cdef object source_of(self, object file, object document):
+        if self.source is None or file is not self.file or document != self.document:
+            self.file = file
+            self.document = document
+            self.source = Source(file, document)
+        return self.source
+
+
+cdef inline object str_map(object value):
+    """metadata.labels and the like: a copy of a map of strings, or NO."""
+    if value is None:
+        return EMPTY_MAP
+    if type(value) is not dict:
+        return NO
+    for k, v in (<dict>value).items():
+        if type(k) is not str or type(v) is not str:
+            return NO
+    return dict(<dict>value) if value else EMPTY_MAP
+
+
+cdef inline bint empty_list(object value):
+    return value is None or (type(value) is list and not value)
+
+
+cdef inline object opt_str(object value):
+    """An optional string field: the string, None if absent, NO if not a string."""
+    if value is None or type(value) is str:
+        return value
+    return NO
+
+
+cdef object pod_resources(_Cache cache, object containers):
+    """(requests, limits) of plain containers (kai.snapshot.loader._pod_resources)."""
+    if type(containers) is not list:
+        return NO
+    cdef dict total = {}
+    cdef dict limits = {}
+    cdef set limited = None
+    for c in <list>containers:
+        if type(c) is not dict:
+            return NO
+        res = (<dict>c).get("resources")
+        if not res:
+            if res is not None and type(res) is not dict:
+                return NO
+            req = {}
+            lim = {}
+        else:
+            if type(res) is not dict:
+                return NO
+            req = cache.resources((<dict>res).get("requests"))
+            lim = cache.resources((<dict>res).get("limits"))
+            if req is NO or lim is NO:
+                return NO
+            for k, v in (<dict>lim).items():
+                if k not in req:
+                    req[k] = v  # Kubernetes defaults a missing request to the limit
+        for k, v in (<dict>req).items():
+            total[k] = total.get(k, 0.0) + v
+        for k, v in (<dict>lim).items():
+            limits[k] = limits.get(k, 0.0) + v
+        if limited is None:
+            limited = set(lim)
+        else:
+            limited &= (<dict>lim).keys()
+    if limited is not None and len(limited) != len(limits):
+        limits = {k: v for k, v in limits.items() if k in limited}
+    return total, limits
+
+
+cdef object meta_name(object meta):
+    """(name, namespace) of usual metadata, or NO."""
+    if type(meta) is not dict:
+        return NO
+    name = (<dict>meta).get("name")
+    namespace = (<dict>meta).get("namespace")
+    if type(name) is not str or not name:
+        return NO
+    if namespace is None or namespace == "":
+        namespace = "default"
+    elif type(namespace) is not str:
+        return NO
+    return name, namespace
+
+
+cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, object source):
+    """The PodObject of a usual Pod manifest, or NO."""
+    if meta.get("ownerReferences") or meta.get("deletionTimestamp") is not None:
+        return NO
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if spec is None:
+        spec = {}
+    if status is None:
+        status = {}
+    if type(spec) is not dict or type(status) is not dict:
+        return NO
+    for key in ("affinity", "tolerations", "initContainers", "overhead"):
+        if (<dict>spec).get(key):
+            return NO
+    # Lists the loader checks even when empty: absent or [] only.
+    if not empty_list((<dict>spec).get("schedulingGates")):
+        return NO
+    if not empty_list((<dict>status).get("conditions")):
+        return NO
+    containers = (<dict>spec).get("containers")
+    resources = pod_resources(cache, [] if containers is None else containers)
+    uid = opt_str(meta.get("uid"))
+    labels = str_map(meta.get("labels"))
+    annotations = str_map(meta.get("annotations"))
+    created = cache.time(meta.get("creationTimestamp"))
+    scheduler = opt_str((<dict>spec).get("schedulerName"))
+    node_name = opt_str((<dict>spec).get("nodeName"))
+    priority = (<dict>spec).get("priority")
+    priority_class = opt_str((<dict>spec).get("priorityClassName"))
+    node_selector = str_map((<dict>spec).get("nodeSelector"))
+    phase = opt_str((<dict>status).get("phase"))
+    nominated = opt_str((<dict>status).get("nominatedNodeName"))
+    started = cache.time((<dict>status).get("startTime"))
+    if (
+        resources is NO or uid is NO or labels is NO or annotations is NO or created is NO
+        or scheduler is NO or node_name is NO or priority_class is NO
+        or node_selector is NO or phase is NO or nominated is NO or started is NO
+        or (priority is not None and type(priority) is not int)
+    ):
+        return NO
+    requests, limits = <tuple>resources
+    fields = (
+        name, namespace, uid or "", labels, annotations, EMPTY, created, None,
+        scheduler or "default-scheduler", node_name or None, priority,
+        priority_class or None, node_selector, None, EMPTY, EMPTY, requests, limits,
+        phase or "Pending", EMPTY_MAP, EMPTY_MAP, nominated or None, EMPTY, started, source,
+    )
+    if not POD_DIRECT:
+        return PodObject(*fields)
+    p = new_object(PodObject)
+    cdef Py_ssize_t i
+    for i in range(25):
+        put(p, POD_OFF[i], fields[i])
+    return p
+
+
+cdef object pod_group(_Cache cache, dict obj, dict meta, str name, str namespace,
+                      object source):
+    """The PodGroupObject of a usual PodGroup manifest, or NO."""
+    if meta.get("ownerReferences"):
+        return NO
+    spec = obj.get("spec")
+    if spec is None:
+        spec = {}
+    if type(spec) is not dict:
+        return NO
+    if (
+        (<dict>spec).get("stalenessGracePeriod") is not None
+        or (<dict>spec).get("preemptionDelay") is not None
+    ):
+        return NO
+    annotations = str_map(meta.get("annotations"))
+    if annotations is NO:
+        return NO
+    min_member = (<dict>spec).get("minMember")
+    if min_member is not None and (type(min_member) is not int or min_member < 0):
+        return NO
+    uid = opt_str(meta.get("uid"))
+    labels = str_map(meta.get("labels"))
+    created = cache.time(meta.get("creationTimestamp"))
+    queue = opt_str((<dict>spec).get("queue"))
+    priority_class = opt_str((<dict>spec).get("priorityClassName"))
+    preemptibility = opt_str((<dict>spec).get("preemptibility"))
+    last_start = cache.time(annotations.get(ANNOTATION_LAST_START))
+    stale = cache.time(annotations.get(ANNOTATION_STALE))
+    last_eviction = cache.time(annotations.get(ANNOTATION_LAST_EVICTION))
+    if (
+        uid is NO or labels is NO or created is NO or queue is NO or priority_class is NO
+        or preemptibility is NO or last_start is NO or stale is NO or last_eviction is NO
+    ):
+        return NO
+    fields = (
+        name, namespace, uid or "", labels, annotations, EMPTY, created, min_member,
+        queue or None, priority_class or None, preemptibility or None, None, None,
+        last_start, stale, last_eviction, source,
+    )
+    if not GROUP_DIRECT:
+        return PodGroupObject(*fields)
+    g = new_object(PodGroupObject)
+    cdef Py_ssize_t i
+    for i in range(17):
+        put(g, GROUP_OFF[i], fields[i])
+    return g
+
+
+cdef bint add_one(object builder, _Cache cache, object obj, object file, object index) except -1:
+    """Convert and add one usual Pod or PodGroup; False to leave it to the loader."""
+    if type(obj) is not dict:
+        return False
+    kind = (<dict>obj).get("kind")
+    api_version = (<dict>obj).get("apiVersion")
+    if kind == "Pod":
+        if api_version != "v1":
+            return False
+    elif kind == "PodGroup":
+        if type(api_version) is not str or not (<str>api_version).startswith(KAI_GROUPS):
+            return False
+        if (<str>api_version).count("/") != 1:
+            return False
+    else:
+        return False
+    meta = (<dict>obj).get("metadata")
+    names = meta_name(meta)
+    if names is NO:
+        return False
+    name, namespace = <tuple>names
+    key = (kind, namespace, name)
+    cdef dict seen = builder._seen
+    if key in seen:
+        return False  # the loader reports the duplicate
+    source = cache.source_of(file, index)
+    out = builder.out
+    if kind == "Pod":
+        made = pod(cache, <dict>obj, <dict>meta, name, namespace, source)
+        if made is NO:
+            return False
+        requests = made.requests
+        # Pods of one workload share one requests map (objects are read-only).
+        made.requests = builder._requests.setdefault(tuple(requests.items()), requests)
+        out.pods.append(made)
+    else:
+        made = pod_group(cache, <dict>obj, <dict>meta, name, namespace, source)
+        if made is NO:
+            return False
+        out.pod_groups.append(made)
+    seen[key] = (file, index)
+    return True
+
+
+def add(builder, obj, file, index):
+    """Convert and add one top-level object; False to leave it to the loader."""
+    cache = builder._fast_cache
+    if cache is None:
+        cache = builder._fast_cache = _Cache()
+    return add_one(builder, <_Cache>cache, obj, file, index)
+
+
+def add_items(builder, items, file, index, str prefix, inherited):
+    """Add the items of a List document: each one this module does not take goes to
+    ``builder._add_item`` (which reports input errors), in order."""
+    cache = builder._fast_cache
+    if cache is None:
+        cache = builder._fast_cache = _Cache()
+    add_any = builder._add_item
+    cdef Py_ssize_t i
+    for i in range(len(items)):
+        item = items[i]
+        if item is None:
+            continue
+        if add_one(builder, <_Cache>cache, item, file, index):
+            continue
+        add_any(item, file, index, f"{prefix}items[{i}]", inherited)
+
+
+def direct():
+    """Whether parsed pods and pod groups are written slot by slot."""
+    return bool(POD_DIRECT and GROUP_DIRECT)

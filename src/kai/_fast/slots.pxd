@@ -1,0 +1,84 @@
+# Making objects of kai's slotted dataclasses without calling their __init__.
+#
+# Every object a session makes per pod (task, job, parsed pod, pod result) is a
+# dataclass with __slots__: each field is a member descriptor at a fixed offset in the
+# object. A generated __init__ costs a Python frame and an attribute store per field;
+# here the object is allocated and its fields written at their offsets. layout()
+# checks, when a module loads, that the class still has exactly the expected fields
+# as object slots; a module whose check fails makes its objects through the class
+# (see kai._fast.build), so a change of the model can slow these paths down but never
+# make them wrong.
+
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char* name
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    object PyType_GenericAlloc(type cls, Py_ssize_t nitems)
+
+# structmember.h: an object slot that raises AttributeError while unset.
+cdef enum:
+    T_OBJECT_EX = 16
+
+
+cdef inline object new_object(type cls):
+    """An instance of ``cls`` with every slot unset (NULL)."""
+    return PyType_GenericAlloc(cls, 0)
+
+
+cdef inline void put(object obj, Py_ssize_t offset, object value) noexcept:
+    """Set an unset slot of a new object (no reference is released)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+cdef inline object get(object obj, Py_ssize_t offset):
+    """A slot's value (AttributeError while unset)."""
+    cdef PyObject* value = (<PyObject**>((<char*><PyObject*>obj) + offset))[0]
+    if value == NULL:
+        raise AttributeError(f"{type(obj).__name__} object has an unset field")
+    return <object>value
+
+
+cdef inline bint layout(type cls, tuple names, Py_ssize_t* out) except -1:
+    """Fill ``out`` with the offsets of ``names``, the fields of ``cls`` in order.
+
+    False (``out`` partly filled) unless ``cls`` is a slotted dataclass with exactly
+    these fields, each an object slot, made by object.__new__.
+    """
+    import dataclasses
+    import types
+
+    if not dataclasses.is_dataclass(cls) or cls.__new__ is not object.__new__:
+        return False
+    if tuple([f.name for f in dataclasses.fields(cls)]) != names:
+        return False
+    cdef Py_ssize_t i = 0
+    cdef PyMemberDef* member
+    for name in names:
+        descr = cls.__dict__.get(name)
+        if type(descr) is not types.MemberDescriptorType:
+            return False
+        member = (<PyMemberDescrObject*>descr).d_member
+        if member.type != T_OBJECT_EX:
+            return False
+        out[i] = member.offset
+        i += 1
+    return True
+
+
+cdef inline Py_ssize_t offset_of(type cls, str name) except -2:
+    """The offset of ``cls``'s object slot ``name``; -1 when it is not one."""
+    import types
+
+    descr = cls.__dict__.get(name)
+    if type(descr) is not types.MemberDescriptorType:
+        return -1
+    cdef PyMemberDef* member = (<PyMemberDescrObject*>descr).d_member
+    return member.offset if member.type == T_OBJECT_EX else -1

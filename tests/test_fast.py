@@ -1,0 +1,298 @@
+"""The compiled paths of kai._fast give exactly what the pure-Python code gives.
+
+Randomized clusters (fixed seeds), with their manifests perturbed into the less usual
+shapes the compiled code hands back to Python (pods without a group, of another
+scheduler, being deleted, on an unknown node, with owners, tolerations, init
+containers, shared GPUs, ...), are loaded, built into session state and scheduled
+with the compiled modules and without them: the parsed objects, the state and the
+whole result must be equal. Input errors must read the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kai import _fast
+from kai.api.errors import InputError
+from kai.api.model import ClusterState
+from kai.bench_clusters import NOW, cluster_fill, random_cluster
+from kai.engine import Snapshot, run_session
+from kai.output import dumps_json
+from kai.snapshot.builder import build_state
+from kai.snapshot.loader import load_objects, load_text
+
+COMPILED = _fast.available()
+needs_compiled = pytest.mark.skipif(
+    len(COMPILED) < len(_fast.NAMES), reason="kai._fast is not built (pure Python only)"
+)
+SEEDS = range(10)
+FULL = ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
+
+
+def _perturb(
+    docs: list[dict[str, Any]], rng: random.Random, unknown_node: bool
+) -> list[dict[str, Any]]:
+    """Give some pods and groups the shapes the compiled paths leave to Python."""
+    docs = copy.deepcopy(docs)
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    groups = [d for d in docs if d["kind"] == "PodGroup"]
+    for pod in pods:
+        meta, spec = pod["metadata"], pod["spec"]
+        roll = rng.random()
+        if roll < 0.05:
+            meta["annotations"].pop("pod-group-name")  # a single pod: its own job
+        elif roll < 0.08:
+            meta["annotations"]["pod-group-name"] = "missing"  # names no PodGroup
+        elif roll < 0.11:
+            spec["schedulerName"] = "default-scheduler"
+        elif roll < 0.14:
+            meta["deletionTimestamp"] = "2026-01-01T11:59:00Z"
+        elif roll < 0.17 and unknown_node:
+            spec["nodeName"] = "node-unknown"
+            pod["status"]["phase"] = "Running"
+        elif roll < 0.20:
+            meta["ownerReferences"] = [{"kind": "Job", "name": "owner", "controller": True}]
+        elif roll < 0.23:
+            meta["labels"] = {"kai.scheduler/preemptibility": "non-preemptible"}
+        elif roll < 0.26:
+            spec["tolerations"] = [{"key": "k", "operator": "Exists"}]
+        elif roll < 0.29:
+            spec["initContainers"] = [
+                {"name": "init", "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}
+            ]
+        elif roll < 0.32:
+            spec["priority"] = rng.choice((10, 200))
+        elif roll < 0.35:
+            meta["annotations"]["gpu-memory"] = "2000"
+        elif roll < 0.38:
+            spec["containers"][0]["resources"]["limits"] = {"cpu": "4", "nvidia.com/gpu": "1"}
+        elif roll < 0.41:
+            spec["containers"].append({"name": "side"})
+        elif roll < 0.44:
+            pod["status"]["phase"] = "Succeeded"
+        elif roll < 0.47:
+            meta["labels"] = {"kai.scheduler/queue": "q1"}
+        elif roll < 0.50:
+            spec["schedulingGates"] = [{"name": "wait"}]
+    for group in groups:
+        roll = rng.random()
+        if roll < 0.05:
+            group["spec"]["preemptibility"] = "semi-preemptible"
+        elif roll < 0.10:
+            group["spec"]["queue"] = ""
+        elif roll < 0.15:
+            group["spec"]["minMember"] = 0
+        elif roll < 0.20:
+            group["spec"]["stalenessGracePeriod"] = "5m"
+        elif roll < 0.25:
+            group["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "owner"}]
+    docs.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "owner",
+                "namespace": "default",
+                "labels": {"kai.scheduler/preemptibility": "preemptible"},
+            },
+        }
+    )
+    rng.shuffle(docs)
+    return docs
+
+
+def _docs(seed: int, *, unknown_node: bool = True) -> list[dict[str, Any]]:
+    builder = random_cluster(seed, nodes=10 + seed % 5, jobs=40 + 3 * seed)
+    return _perturb(builder.dicts(), random.Random(seed), unknown_node)
+
+
+def _both(fn, *args):  # type: ignore[no-untyped-def]
+    compiled = fn(*args)
+    with _fast.pure_python():
+        reference = fn(*args)
+    return compiled, reference
+
+
+def _state_view(state: ClusterState) -> dict[str, Any]:
+    """Everything a session reads of a state, with objects named instead of compared."""
+    tasks = [
+        (
+            t.uid,
+            t.key,
+            t.job.key if t.job is not None else None,
+            t.request.tolist(),
+            t.status,
+            t.pod,
+            t.node,
+            t.gpu_fraction,
+            t.gpu_memory_mib,
+            t.gpu_group,
+            t.creation_timestamp,
+            t.virtually_evicted,
+        )
+        for t in state.all_tasks()
+    ]
+    jobs = {}
+    for key, job in state.jobs.items():
+        fields = {
+            name: getattr(job, name)
+            for name in job.__slots__  # type: ignore[attr-defined]
+            if name not in ("tasks", "pod_group")
+        }
+        fields["tasks"] = [t.key for t in job.tasks]
+        fields["pod_group"] = job.pod_group
+        jobs[key] = fields
+    nodes = state.nodes
+    return {
+        "tasks": tasks,
+        "jobs": jobs,
+        "job_order": list(state.jobs),
+        "used": nodes.used.tolist(),
+        "idle": nodes.idle.tolist(),
+        "releasing": nodes.releasing.tolist(),
+        "node_tasks": [sorted(t.key for t in ts) for ts in nodes.tasks],
+        "groups": [{k: (g.used, g.releasing) for k, g in gs.items()} for gs in nodes.gpu_groups],
+        "warnings": state.warnings,
+        "foreign": [t.key for t in state.foreign_tasks],
+        "passive": [t.key for t in state.passive_tasks],
+    }
+
+
+@needs_compiled
+def test_compiled_modules_write_objects_directly() -> None:
+    # A change of Task, Job, PodObject or a result class turns the slot-by-slot path
+    # off (correct, slower): this says so.
+    for name in _fast.NAMES:
+        module = _fast.module(name)
+        assert module is not None and module.direct(), name
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS)
+def test_loading_identical(seed: int) -> None:
+    docs = _docs(seed)
+    compiled, reference = _both(load_objects, docs)
+    assert compiled == reference
+    text = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+    compiled, reference = _both(load_text, text, "cluster.json")
+    assert compiled == reference
+    assert len(compiled.pods) == sum(1 for d in docs if d["kind"] == "Pod")
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS)
+def test_state_identical(seed: int) -> None:
+    with _fast.pure_python():
+        objects = load_objects(_docs(seed))
+    compiled, reference = _both(build_state, objects)
+    assert _state_view(compiled) == _state_view(reference)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS)
+def test_session_result_identical(seed: int) -> None:
+    docs = _docs(seed, unknown_node=False)
+
+    def result(docs: list[dict[str, Any]]) -> tuple[Any, ...]:
+        res = run_session(Snapshot.from_objects(docs), actions=FULL, now=NOW)
+        extra = {
+            k: (g.extra_pods, g.extra_pods_waiting, len(g.evictions))
+            for k, g in res.pod_groups.items()
+        }
+        return res.to_json(explain=True), extra, res.warnings
+
+    compiled, reference = _both(result, docs)
+    assert compiled == reference
+    assert any(d["type"] == "bind" for d in compiled[0]["decisions"])
+
+
+@needs_compiled
+def test_large_fill_identical() -> None:
+    builder = cluster_fill(40, pods=600, gang_fraction=0.3)
+    snap = Snapshot(builder.objects())
+    compiled, reference = _both(
+        lambda: run_session(snap, actions=["allocate"], now=NOW).to_json(explain=True)
+    )
+    assert compiled == reference
+
+
+BAD_PODS = [
+    ("metadata", "creationTimestamp", "yesterday"),
+    ("spec", "priority", True),
+    ("spec", "nodeName", ["a"]),
+    ("spec", "containers", {"name": "x"}),
+    ("spec", "schedulingGates", ""),
+    ("status", "conditions", {}),
+    ("status", "phase", {"a": 1}),
+    ("metadata", "labels", {"a": {"b": 1}}),
+    ("metadata", "uid", {"x": 1}),
+]
+
+
+@needs_compiled
+@pytest.mark.parametrize(("section", "field", "value"), BAD_PODS)
+def test_input_errors_identical(section: str, field: str, value: Any) -> None:
+    docs = random_cluster(1).dicts()
+    pod = next(d for d in docs if d["kind"] == "Pod")
+    pod[section][field] = value
+    messages = []
+    for pure in (False, True):
+        with _fast.pure_python(pure), pytest.raises(InputError) as err:
+            load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), "c.json")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "c.json" in messages[0] and pod["metadata"]["name"] in messages[0]
+
+
+@needs_compiled
+def test_bad_quantity_and_duplicate_reported_alike() -> None:
+    docs = random_cluster(2).dicts()
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    pods[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
+    dup = [*docs, copy.deepcopy(pods[1])]
+    for case in (docs, dup):
+        messages = []
+        for pure in (False, True):
+            with _fast.pure_python(pure), pytest.raises(InputError) as err:
+                load_objects(case, "objs")
+            messages.append(str(err.value))
+        assert messages[0] == messages[1]
+
+
+JSON_DOCS: list[Any] = [
+    {"a": 1.5, "b": [1, 2.25, None, True], "c": {"d": "x", "e": {}}, "f": []},
+    {"tiny": 1e-05, "big": 1e16, "n": -0.0},
+    {"nan": float("nan")},
+    {"inf": float("inf")},
+    {"text": "caf\u00e9"},
+    {"text": "a\x7fb", "ctrl": "a\nb\tc\x00"},
+    {"big": 2**70},
+    {"tuple": (1, 2)},
+    {1: "int key"},
+]
+
+
+@pytest.mark.parametrize("doc", JSON_DOCS)
+def test_dumps_json_is_json_dumps(doc: Any) -> None:
+    assert dumps_json(doc) == json.dumps(doc, indent=2)
+    with _fast.pure_python():
+        assert dumps_json(doc) == json.dumps(doc, indent=2)
+
+
+def test_dumps_json_of_a_result() -> None:
+    res = run_session(Snapshot.from_objects(_docs(3, unknown_node=False)), actions=FULL, now=NOW)
+    doc = res.to_json(explain=True)
+    assert dumps_json(doc) == json.dumps(doc, indent=2)
+
+
+def test_pure_python_switch() -> None:
+    with _fast.pure_python():
+        assert all(_fast.module(name) is None for name in _fast.NAMES)
+    assert [name for name in _fast.NAMES if _fast.module(name) is not None] == COMPILED
+    np.testing.assert_equal(len(COMPILED) <= len(_fast.NAMES), True)
