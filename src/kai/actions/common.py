@@ -40,7 +40,7 @@ def job_unready_reason(job: Job) -> str | None:
     return None
 
 
-_PENDING_AT_START = "kai.jobs-with-pending-tasks"
+PENDING_AT_START = "kai.jobs-with-pending-tasks"
 
 
 def schedulable_jobs(
@@ -60,10 +60,10 @@ def schedulable_jobs(
     out = []
     pending_status = TaskStatus.PENDING
     check_valid = bool(ssn.registered("job_valid"))
-    with_pending: list[Job] | None = ssn.cache.get(_PENDING_AT_START)
+    with_pending: list[Job] | None = ssn.cache.get(PENDING_AT_START)
     first = with_pending is None
     if with_pending is None:
-        with_pending = ssn.cache[_PENDING_AT_START] = []
+        with_pending = ssn.cache[PENDING_AT_START] = []
     for job in ssn.jobs.values() if first or not pending_only else with_pending:
         if job.invalid_reason:
             ssn.record_fit_error(job, job.invalid_reason)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from itertools import count
 from typing import Any
 
-from kai.actions.common import JobQueue
+from kai.actions.common import PENDING_AT_START, JobQueue
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
 from kai.solvers.order import job_order_key
@@ -39,7 +39,10 @@ class PendingPool:
         self._seq = count()
         self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
         self.entries: dict[Job, tuple[Any, int, Job]] = {}
-        for job in ssn.jobs.values():
+        # No task becomes pending in a session: the jobs that had a pending task when
+        # the session's first action looked are all there can be (kai.actions.common).
+        jobs = ssn.cache.get(PENDING_AT_START)
+        for job in ssn.jobs.values() if jobs is None else jobs:
             if job.queue in ssn.queues and job.has_pending():
                 entry = (key(job), next(self._seq), job)
                 self.entries[job] = entry
