@@ -25,7 +25,7 @@ from kai.snapshot.builder import (
     pod_status,
 )
 
-from kai._fast.slots cimport get, layout, new_object, offset_of, put
+from kai._fast.slots cimport get, layout, make, offset_of
 
 cdef tuple TASK_FIELDS = (
     "uid", "name", "namespace", "job", "request", "status", "pod", "node",
@@ -157,24 +157,10 @@ cdef class _Maker:
         name = pf(pod, P_NAME)
         namespace = pf(pod, P_NAMESPACE)
         uid = pf(pod, P_UID) or f"{namespace}/{name}"
-        if not DIRECT:
-            return Task(uid, name, namespace, job, request, status, pod, node, 0.0, 0.0,
-                        None, pf(pod, P_CREATED))
-        t = new_object(Task)
-        put(t, TASK_OFF[0], uid)
-        put(t, TASK_OFF[1], name)
-        put(t, TASK_OFF[2], namespace)
-        put(t, TASK_OFF[3], job)
-        put(t, TASK_OFF[4], request)
-        put(t, TASK_OFF[5], status)
-        put(t, TASK_OFF[6], pod)
-        put(t, TASK_OFF[7], node)
-        put(t, TASK_OFF[8], ZERO)
-        put(t, TASK_OFF[9], ZERO)
-        put(t, TASK_OFF[10], None)
-        put(t, TASK_OFF[11], pf(pod, P_CREATED))
-        put(t, TASK_OFF[12], False)
-        return t
+        return make(Task, DIRECT, TASK_OFF, (
+            uid, name, namespace, job, request, status, pod, node, ZERO, ZERO, None,
+            pf(pod, P_CREATED), False,
+        ))
 
     cdef object priority(self, object pg, list pods):
         """maker.priority_of."""
@@ -232,35 +218,20 @@ cdef class _Maker:
                 created = earliest([pf(p, P_CREATED) for p in pods])
         last_start = gf(pg, G_LAST_START) if pg is not None else None
         cdef list tasks = []
+        if pg is None:
+            stale = last_eviction = grace = delay = None
+        else:
+            stale = gf(pg, G_STALE)
+            last_eviction = gf(pg, G_LAST_EVICTION)
+            grace = gf(pg, G_GRACE)
+            delay = gf(pg, G_DELAY)
         if DIRECT:
-            job = new_object(Job)
-            put(job, JOB_OFF[0], uid)
-            put(job, JOB_OFF[1], name)
-            put(job, JOB_OFF[2], namespace)
-            put(job, JOB_OFF[3], queue)
-            put(job, JOB_OFF[4], priority)
-            put(job, JOB_OFF[5], min_member)
-            put(job, JOB_OFF[6], preemptible)
-            put(job, JOB_OFF[7], value)
-            put(job, JOB_OFF[8], created)
-            put(job, JOB_OFF[9], tasks)
-            put(job, JOB_OFF[10], pg)
-            put(job, JOB_OFF[11], last_start)
-            if pg is None:
-                put(job, JOB_OFF[12], None)
-                put(job, JOB_OFF[13], None)
-                put(job, JOB_OFF[14], None)
-                put(job, JOB_OFF[15], None)
-            else:
-                put(job, JOB_OFF[12], gf(pg, G_STALE))
-                put(job, JOB_OFF[13], gf(pg, G_LAST_EVICTION))
-                put(job, JOB_OFF[14], gf(pg, G_GRACE))
-                put(job, JOB_OFF[15], gf(pg, G_DELAY))
-            put(job, JOB_OFF[16], None)
-            put(job, JOB_OFF[17], [warning] if warning else [])
-            put(job, JOB_OFF[18], [])
-            put(job, JOB_OFF[19], None)
-            put(job, JOB_OFF[20], None)
+            # What Job.__init__ sets, with the pod group's fields read at their offsets.
+            job = make(Job, True, JOB_OFF, (
+                uid, name, namespace, queue, priority, min_member, preemptible, value,
+                created, tasks, pg, last_start, stale, last_eviction, grace, delay, None,
+                [warning] if warning else [], [], None, None,
+            ))
         else:
             job = Job(uid, name, namespace, queue, priority, min_member, preemptible, value,
                       created, tasks, pg)

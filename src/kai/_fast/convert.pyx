@@ -19,7 +19,7 @@ from kai.snapshot.loader import (
     API_GROUPS_KAI,
 )
 
-from kai._fast.slots cimport layout, new_object, put
+from kai._fast.slots cimport layout, make
 
 cdef tuple POD_FIELDS = (
     "name", "namespace", "uid", "labels", "annotations", "owner_references",
@@ -231,13 +231,7 @@ cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, obje
         priority_class or None, node_selector, None, EMPTY, EMPTY, requests, limits,
         phase or "Pending", EMPTY_MAP, EMPTY_MAP, nominated or None, EMPTY, started, source,
     )
-    if not POD_DIRECT:
-        return PodObject(*fields)
-    p = new_object(PodObject)
-    cdef Py_ssize_t i
-    for i in range(25):
-        put(p, POD_OFF[i], fields[i])
-    return p
+    return make(PodObject, POD_DIRECT, POD_OFF, fields)
 
 
 cdef object pod_group(_Cache cache, dict obj, dict meta, str name, str namespace,
@@ -280,13 +274,7 @@ cdef object pod_group(_Cache cache, dict obj, dict meta, str name, str namespace
         queue or None, priority_class or None, preemptibility or None, None, None,
         last_start, stale, last_eviction, source,
     )
-    if not GROUP_DIRECT:
-        return PodGroupObject(*fields)
-    g = new_object(PodGroupObject)
-    cdef Py_ssize_t i
-    for i in range(17):
-        put(g, GROUP_OFF[i], fields[i])
-    return g
+    return make(PodGroupObject, GROUP_DIRECT, GROUP_OFF, fields)
 
 
 cdef bint add_one(object builder, _Cache cache, object obj, object file, object index) except -1:

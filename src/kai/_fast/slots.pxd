@@ -82,3 +82,15 @@ cdef inline Py_ssize_t offset_of(type cls, str name) except -2:
         return -1
     cdef PyMemberDef* member = (<PyMemberDescrObject*>descr).d_member
     return member.offset if member.type == T_OBJECT_EX else -1
+
+
+cdef inline object make(type cls, bint direct, const Py_ssize_t* offsets, tuple fields):
+    """An instance of ``cls`` with ``fields`` in field order: written at ``offsets``
+    when ``direct`` (see layout), else made by the class."""
+    if not direct:
+        return cls(*fields)
+    obj = new_object(cls)
+    cdef Py_ssize_t i
+    for i in range(len(fields)):
+        put(obj, offsets[i], fields[i])
+    return obj
