@@ -88,3 +88,29 @@ def test_fully_released_device_is_not_also_offered_as_room_on_it() -> None:
         "p-4": ("Pipelined", "n0"),
         "p-5": ("Pipelined", "n0"),
     }
+
+
+def test_fractional_victim_is_not_put_back_on_a_device_that_lost_its_room() -> None:
+    # n0 (2 GPUs): device d0 shared by a (0.25) and v (0.5) of q1, one idle GPU.  Reclaim
+    # alone places q0's half-GPU pod p on d0, in the room v's eviction frees.  v, offered
+    # a whole device on its node, went back onto d0 (1.25 of one GPU); it now takes a
+    # new device.
+    snap = build(
+        {"n0": 2},
+        [queue("q0", 1), queue("q1", 0)],
+        [
+            J("a", "q1", [T("Running", "n0")], gpus=0.25, priority=10),
+            J("v", "q1", [T("Running", "n0")], gpus=0.5, priority=10),
+            J("p", "q0", [T()], gpus=0.5, priority=50),
+        ],
+        devices={"a-0": "n0-d0", "v-0": "n0-d0"},
+    )
+    result = run(snap, ["reclaim"])
+    assert statuses(result) == {
+        "a-0": ("Running", "n0"),
+        "v-0": ("Pipelined", "n0"),
+        "p-0": ("Pipelined", "n0"),
+    }
+    device = {d.pod: d.gpu_groups for d in result.decisions if d.type == "pipeline"}
+    assert device["ns/p-0"] == ["n0-d0"]
+    assert device["ns/v-0"] != ["n0-d0"]

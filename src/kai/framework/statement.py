@@ -82,12 +82,25 @@ class Statement:
             task.virtually_evicted
             and task.status is TaskStatus.RELEASING
             and task.node == node
-            and (gpu_group is None or gpu_group == task.gpu_group)
+            and self._own_device(task, gpu_group)
             and self._eviction_of(task) is not None
         ):
             self.unevict(task)
             return
         self._place(task, node, gpu_group, TaskStatus.PIPELINED, "pipeline")
+
+    def _own_device(self, task: Task, gpu_group: str | None) -> bool:
+        """Whether placing ``task`` on ``gpu_group`` of its node puts it back on its own
+        device.  A fractional task offered a whole free device (None) goes back to its
+        own only when every tenant of that device is being released (whole GPUs are
+        interchangeable); other pods may have taken the room it left on a shared one.
+        """
+        if gpu_group == task.gpu_group or not task.is_shared_gpu:
+            return True
+        if gpu_group is not None or task.gpu_group is None:
+            return False
+        group = self.ssn.nodes.gpu_groups[task.node].get(task.gpu_group)
+        return group is not None and group.state() == "releasing"
 
     def _place(
         self, task: Task, node: int, gpu_group: str | None, status: TaskStatus, kind: str
