@@ -36,7 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from kai.k8s.connections import JSON, DirectConnections
+from kai.k8s.connections import JSON, DirectConnections, api_error
 
 log = logging.getLogger(__name__)
 
@@ -376,10 +376,7 @@ class KubeClient:
             return resp
         data = resp.read()
         resp.release_conn()
-        err = ApiException(status=resp.status, reason=resp.reason)
-        err.body = data.decode("utf-8", "replace")
-        err.headers = resp.headers
-        raise err
+        raise api_error(resp.status, resp.reason, data, resp.headers)
 
     def _write(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> Any:
         """A write, on the keep-alive connections where possible; the answer's JSON."""

@@ -30,6 +30,14 @@ JSON = "application/json"
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
+def api_error(status: int, reason: str, body: bytes, headers: Any) -> ApiException:
+    """An answer that is not 2xx, as the generated client reports it."""
+    err = ApiException(status=status, reason=reason)
+    err.body = body.decode("utf-8", "replace")
+    err.headers = headers
+    return err
+
+
 class DirectConnections:
     """Requests with JSON bodies on per-thread keep-alive connections."""
 
@@ -125,10 +133,7 @@ class DirectConnections:
                 self._drop(conn)
             if 200 <= resp.status < 300:
                 return data
-            err = ApiException(status=resp.status, reason=resp.reason)
-            err.body = data.decode("utf-8", "replace")
-            err.headers = resp.headers
-            raise err
+            raise api_error(resp.status, resp.reason, data, resp.headers)
 
     def close(self) -> None:
         """Close every thread's connection."""
