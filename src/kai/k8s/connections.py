@@ -30,7 +30,7 @@ JSON = "application/json"
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
-def api_error(status: int, reason: str, body: bytes, headers: Any) -> ApiException:
+def api_error(status: int, reason: str | None, body: bytes, headers: Any) -> ApiException:
     """An answer that is not 2xx, as the generated client reports it."""
     err = ApiException(status=status, reason=reason)
     err.body = body.decode("utf-8", "replace")
