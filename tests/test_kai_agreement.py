@@ -47,12 +47,11 @@ def leaf(name: str, deserved: float, limit: float, weight: float, parent: str, k
     return _queue(name, deserved, limit, weight, parent, k)
 
 
-def test_reclaim_leaves_a_victim_gang_whose_places_were_not_needed() -> None:
+def test_reclaim_moved_victim_keeps_its_old_place_releasing() -> None:
     # Reclaim for j00 evicts the whole gang j01 (one 2-GPU pod on each 2-GPU node) and
-    # re-places it. KAI-Scheduler moves both pods to node6 (the pod moved first frees
-    # nothing on its old node, so the second follows it). j00 takes a GPU of node6 that
-    # was free all along: j01's places were never needed, and kai leaves j01 running
-    # where it is (docs/kai-differences.md).
+    # re-places it. The pod moved first frees nothing on its old node: it runs there
+    # until it terminates, so that place stays releasing and the second pod is moved to
+    # node6 too instead of onto the first pod's old place.
     nodes = {"node0": 2, "node2": 2, "node6": 8}
     queues = [
         leaf("q0", 0, -1, 1, "default", 0),
@@ -65,16 +64,15 @@ def test_reclaim_leaves_a_victim_gang_whose_places_were_not_needed() -> None:
     result = run(build(nodes, queues, jobs), ["reclaim"])
     assert statuses(result) == {
         "j00-0": ("Pipelined", "node6"),
-        "j01-0": ("Running", "node0"),
-        "j01-1": ("Running", "node2"),
+        "j01-0": ("Pipelined", "node6"),
+        "j01-1": ("Pipelined", "node6"),
     }
 
 
-def test_preempt_leaves_a_victim_pod_whose_place_was_not_needed() -> None:
+def test_preempt_replaces_victims_in_queue_order_after_the_preemptor() -> None:
     # The non-preemptible j02 is placed first (pipelined: a simulation places nothing on
-    # idle capacity), on node2's free GPU, then the evicted victim gang j01 in queue
-    # order. KAI-Scheduler moves its pod from node0 next to its other pod on node3, the
-    # fuller node; kai leaves it on node0, whose place j02 did not need.
+    # idle capacity), then the evicted victim gang j01 in queue order: its pod from node0
+    # moves next to its other pod on node3, the fuller node.
     nodes = {"node0": 4, "node2": 1, "node3": 8}
     queues = [leaf("q1", 11, -1, 1, "default", 0)]
     jobs = [
@@ -83,16 +81,16 @@ def test_preempt_leaves_a_victim_pod_whose_place_was_not_needed() -> None:
     ]
     result = run(build(nodes, queues, jobs), ["preempt"])
     assert statuses(result) == {
-        "j01-0": ("Running", "node0"),
+        "j01-0": ("Pipelined", "node3"),
         "j01-1": ("Running", "node3"),
         "j02-0": ("Pipelined", "node2"),
     }
 
 
-def test_consolidation_leaves_the_victim_whose_place_was_not_needed() -> None:
+def test_consolidation_moves_the_victim_it_evicted() -> None:
     # Consolidation for the 4-GPU j00 evicts j03 and re-places both in queue order among
-    # the pending jobs: j00 lands on node6. KAI-Scheduler then moves j03 to node5 (the
-    # fullest node it fits on); kai leaves it on node1, whose place j00 did not need.
+    # the pending jobs: j00 lands on node6 and j03, evicted, is moved to node5 (the
+    # fullest node it fits on) rather than back to node1.
     nodes = {"node1": 4, "node5": 1, "node6": 4}
     departments = [dept("d0", 30, -1, 0)]
     queues = [
@@ -106,5 +104,5 @@ def test_consolidation_leaves_the_victim_whose_place_was_not_needed() -> None:
     result = run(build(nodes, queues, jobs, departments=departments), ["consolidation"])
     assert statuses(result) == {
         "j00-0": ("Pipelined", "node6"),
-        "j03-0": ("Running", "node1"),
+        "j03-0": ("Pipelined", "node5"),
     }

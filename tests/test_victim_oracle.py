@@ -29,10 +29,11 @@ the validators about that one.
 When the oracle finds a feasible set, kai must place the whole pending job (bound or
 pipelined), and must not evict more than needed:
 
-    no victim pod that kai evicted or moved can be put back on its own node and device
-    (alone, or together with other pods of its job, so that the job keeps at least its
-    minMember pods running), with every other end state unchanged, without some node
-    or device holding more than it has.
+    no victim pod that kai evicted (left releasing, placed nowhere) can be put back on
+    its own node and device (alone, or together with other pods of its job, so that the
+    job keeps at least its minMember pods running), with every other end state
+    unchanged, without some node or device holding more than it has.  A victim placed
+    again elsewhere (moved) is how KAI-Scheduler's simulation works and is not counted.
 
 Whatever the oracle says, kai's end state must never over-commit a node or a device.
 A failure prints the seed and the cluster.
@@ -433,8 +434,8 @@ def end_state(case: Case, result) -> dict[str, tuple[str, str | None]]:
 
 
 def needless_evictions(case: Case, result) -> list[str]:
-    """Victim pods (or groups of pods of one job) that could be put back on their own node
-    and device with everything else as kai left it."""
+    """Evicted victim pods (or groups of pods of one job) that could be put back on their
+    own node and device with everything else as kai left it."""
     where = end_state(case, result)
     displaced: dict[str, list[str]] = {}
     for key, pod in result.pods.items():
@@ -442,7 +443,7 @@ def needless_evictions(case: Case, result) -> list[str]:
         known = case.pods.get(name)
         if known is None:
             continue
-        if pod.status == "Releasing" or pod.node != known.node:
+        if pod.status == "Releasing":
             displaced.setdefault(known.job, []).append(name)
     jobs = {j.name: j for j in case.jobs}
     out = []
@@ -498,7 +499,7 @@ def check(seed: int) -> str:
     ]
     assert len(placed) == case.pending_size, fail("kai left the job pending")
     extra = needless_evictions(case, result)
-    assert not extra, fail(f"kai evicted or moved more than needed: {extra}")
+    assert not extra, fail(f"kai evicted more than needed: {extra}")
     return "feasible"
 
 

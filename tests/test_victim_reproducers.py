@@ -31,12 +31,12 @@ def test_fractional_gang_does_not_count_gpus_promised_to_its_own_pods() -> None:
     }
 
 
-def test_victim_whose_place_was_not_needed_stays_on_its_device() -> None:
+def test_victim_placed_again_in_the_simulation_may_move() -> None:
     # n2 (4 GPUs) runs a, one pod of the gang g, and device d3 shared by s (0.25) and u
     # (0.25); n0 runs g's other pod; n1's device is shared by t (0.5).  The 2-pod job p
     # evicts the gang g and takes n2's free GPU and g's.  s was a victim of the same
-    # scenario but its device still has room: it keeps running there instead of being
-    # moved to n1's device.
+    # scenario; as in KAI-Scheduler, victims are placed again by node order once the
+    # pending job is placed, so s moves to n1's device (no node or device over-full).
     groups = {"s-0": "n2-d3", "u-0": "n2-d3", "t-0": "n1-d0"}
     snap = build(
         {"n0": 1, "n1": 1, "n2": 4},
@@ -57,7 +57,7 @@ def test_victim_whose_place_was_not_needed_stays_on_its_device() -> None:
         "g-0": ("Releasing", "n2"),
         "g-1": ("Releasing", "n0"),
         "t-0": ("Running", "n1"),
-        "s-0": ("Running", "n2"),
+        "s-0": ("Pipelined", "n1"),
         "u-0": ("Running", "n2"),
         "p-0": ("Pipelined", "n2"),
         "p-1": ("Pipelined", "n2"),
