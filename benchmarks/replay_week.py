@@ -77,12 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     replay = Replay(objects, trace, period=args.period, until=until, backend=args.backend)
     live = {"pods": 0, "pending_jobs": 0}
 
+    marks = {"next": 6 * 3600.0}
+
     def sample(r: Replay) -> None:
         live["pods"] += sum(len(job.tasks) for job in r.state.jobs.values())
         live["pending_jobs"] += len(r._pending_jobs)
+        if r.now >= marks["next"]:  # a line every 6 simulated hours: where the time goes
+            marks["next"] += 6 * 3600.0
+            print(
+                f"{r.now / 3600:6.0f} h  {r.result.sessions:6d} sessions  "
+                f"{time.process_time() - cpu:8.1f} CPU s  {len(r.state.jobs):5d} jobs "
+                f"({len(r._pending_jobs)} pending)",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    replay.on_session = sample
     cpu = time.process_time()
+    replay.on_session = sample
     result = replay.run()
     cpu = time.process_time() - cpu
     finished = sum(1 for r in result.records.values() if r.finish is not None)
