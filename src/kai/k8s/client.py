@@ -19,7 +19,6 @@ that a long queue of binds never makes the leader miss its renew deadline.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -31,6 +30,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import orjson
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -260,7 +260,7 @@ class TokenBucket:
 def _json(resp: Any) -> Any:
     try:
         data = resp.data if hasattr(resp, "data") else resp.read()
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
     finally:
         _drain(resp)
 
@@ -363,7 +363,7 @@ class KubeClient:
         resp = self.api_client.rest_client.pool_manager.request(
             method,
             url,
-            body=None if body is None else json.dumps(body, separators=(",", ":")).encode(),
+            body=None if body is None else orjson.dumps(body),
             headers=self._headers(accept, content_type if body is not None else None),
             timeout=(
                 urllib3.Timeout(connect=timeout[0], read=timeout[1])
@@ -389,7 +389,7 @@ class KubeClient:
                 data = resp.read()
             finally:
                 resp.release_conn()
-        return json.loads(data) if data else {}
+        return orjson.loads(data) if data else {}
 
     # ------------------------------------------------------------------ list / watch
     def _list_call(self, kind: Kind, **query: Any) -> Any:
@@ -631,8 +631,8 @@ class WatchStream:
                 if not line:
                     continue
                 try:
-                    event = json.loads(line)
-                except ValueError:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
                     log.warning("watch %s: undecodable line dropped", self.kind.name)
                     continue
                 obj = event.get("object") or {}

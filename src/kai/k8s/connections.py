@@ -11,13 +11,13 @@ headers as the client it was made from.
 from __future__ import annotations
 
 import http.client
-import json
 import logging
 import ssl
 import threading
 from typing import Any
 from urllib.parse import urlsplit
 
+import orjson
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -106,7 +106,7 @@ class DirectConnections:
     def request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
         """Send one request; the answer's body, or :class:`ApiException` for an answer
         that is not 2xx (status, reason and body as the generated client gives them)."""
-        payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        payload = None if body is None else orjson.dumps(body)
         headers = self._auth_headers()
         if payload is not None:
             headers["Content-Type"] = content_type
