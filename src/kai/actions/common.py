@@ -183,12 +183,20 @@ class JobQueue:
     def __len__(self) -> int:
         return sum(len(h) for h in self.heaps.values())
 
+    def _leaf_head(self, name: str) -> Job | None:
+        """The next job of leaf queue ``name``; None when it has none (or is no leaf)."""
+        heap = self.heaps.get(name)
+        return heap[0].job if heap else None
+
     def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
+        """The best (leaf, job) under queue ``name``: its own next job if it is a leaf
+        with one, else the best among its children's."""
         if name in memo:
             return memo[name]
-        heap = self.heaps.get(name)
-        if heap:
-            result: tuple[str, Job] | None = (name, heap[0].job)
+        job = self._leaf_head(name)
+        result: tuple[str, Job] | None
+        if job is not None:
+            result = (name, job)
         else:
             result = self._best_among(self.children.get(name, []), memo)
         memo[name] = result

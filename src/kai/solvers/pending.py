@@ -139,17 +139,9 @@ class SimulationQueue(JobQueue):
         self.remaining = len(participants)
         self.participants = set(participants)
 
-    def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
-        if name in memo:
-            return memo[name]
+    def _leaf_head(self, name: str) -> Job | None:
         leaf = self.leaves.get(name)
-        job = leaf.head() if leaf is not None else None
-        if job is not None:
-            result: tuple[str, Job] | None = (name, job)
-        else:
-            result = self._best_among(self.children.get(name, []), memo)
-        memo[name] = result
-        return result
+        return leaf.head() if leaf is not None else None
 
     def pop(self) -> Job | None:
         while self.remaining:

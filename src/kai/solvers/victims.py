@@ -414,17 +414,9 @@ class PoolVictimQueue(JobQueue):
     def __len__(self) -> int:
         raise TypeError("the length of a pool victim queue is not known without filtering")
 
-    def _best(self, name: str, memo: dict) -> tuple[str, Job] | None:
-        if name in memo:
-            return memo[name]
+    def _leaf_head(self, name: str) -> Job | None:
         leaf = self.leaves.get(name)
-        job = leaf.peek() if leaf is not None else None
-        if job is not None:
-            result: tuple[str, Job] | None = (name, job)
-        else:
-            result = self._best_among(self.children.get(name, []), memo)
-        memo[name] = result
-        return result
+        return leaf.peek() if leaf is not None else None
 
     def pop(self) -> Job | None:
         best = self._best_among(self.children.get(None, []), {})
