@@ -53,7 +53,10 @@ def queue(
     weight: float = 1,
     parent: str | None = "default",
     priority: int | None = None,
+    created: datetime | None = None,
 ) -> dict:
+    """A Queue manifest (GPU quota, limit and over-quota weight; CPU and memory
+    unlimited); ``created`` orders queues of equal standing as their age does."""
     spec: dict[str, Any] = {
         "resources": {
             "gpu": {"quota": gpus, "limit": limit, "overQuotaWeight": weight},
@@ -68,7 +71,7 @@ def queue(
     return {
         "apiVersion": "scheduling.run.ai/v2",
         "kind": "Queue",
-        "metadata": {"name": name},
+        "metadata": {"name": name, **({"creationTimestamp": ts(created)} if created else {})},
         "spec": spec,
     }
 

@@ -14,27 +14,13 @@ start; a department's GPU over-quota weight is its deserved GPUs.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
-from tests._kai_cluster import NOW, J, T, build, run, statuses, ts
+from tests._kai_cluster import NOW, J, T, build, queue, run, statuses
 
 
 def _queue(name: str, deserved: float, limit: float, weight: float, parent: str | None, k: int):
-    spec: dict[str, Any] = {
-        "resources": {
-            "gpu": {"quota": deserved, "limit": limit, "overQuotaWeight": weight},
-            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    return {
-        "apiVersion": "scheduling.run.ai/v2",
-        "kind": "Queue",
-        "metadata": {"name": name, "creationTimestamp": ts(NOW + timedelta(minutes=k))},
-        "spec": spec,
-    }
+    created = NOW + timedelta(minutes=k)
+    return queue(name, deserved, limit=limit, weight=weight, parent=parent, created=created)
 
 
 def dept(name: str, deserved: float, limit: float, k: int) -> dict:
