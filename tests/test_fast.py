@@ -197,7 +197,7 @@ def test_state_identical(seed: int) -> None:
 @needs_compiled
 @pytest.mark.parametrize("seed", SEEDS)
 def test_session_result_identical(seed: int) -> None:
-    docs = _docs(seed, unknown_node=False)
+    docs = _docs(seed)
 
     def result(docs: list[dict[str, Any]]) -> tuple[Any, ...]:
         res = run_session(Snapshot.from_objects(docs), actions=FULL, now=NOW)
