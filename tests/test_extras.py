@@ -112,12 +112,15 @@ def test_the_numba_backend_without_numba_names_the_extra(args, env, where) -> No
 def test_the_extras_hold_the_heavy_dependencies_and_dev_installs_them() -> None:
     project = pyproject()["project"]
     core = " ".join(project["dependencies"])
-    assert "kubernetes" not in core and "numba" not in core and "prometheus" not in core
+    for heavy in ("kubernetes", "numba", "prometheus", "matplotlib", "pyarrow", "distributed"):
+        assert heavy not in core, heavy
     extras = project["optional-dependencies"]
     assert any(r.startswith("kubernetes") for r in extras["k8s"])
     assert any(r.startswith("prometheus-client") for r in extras["k8s"])
     assert any(r.startswith("numba") for r in extras["numba"])
-    assert extras["all"] == ["kai[k8s,numba]"]
+    assert {r.split(">")[0] for r in extras["replay"]} >= {"matplotlib", "pyarrow", "plotly"}
+    assert any(r.startswith("distributed") for r in extras["dask"])
+    assert extras["all"] == ["kai[k8s,numba,replay,dask]"]
     assert any(r.startswith("kai[") and "all" in r for r in extras["dev"])
 
 
