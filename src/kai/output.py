@@ -16,10 +16,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
-try:  # a dependency; json alone writes the same text, slower
-    import orjson
-except ImportError:  # pragma: no cover
-    orjson = None  # type: ignore[assignment]
+import orjson
 
 from kai import _fast
 from kai.api.resources import INSUFFICIENT_RESOURCES, nodes_text
@@ -32,20 +29,19 @@ GIB = float(2**30)
 def dumps_json(document: Any) -> str:
     """``json.dumps(document, indent=2)``: the JSON ``kai simulate`` prints.
 
-    orjson writes it when installed and when it gives the same text: every value is a
+    orjson writes it when it gives the same text: every value is a
     plain JSON type, no float needs an exponent (repr and orjson write those
     differently), and no character needs an escape that only ``json`` makes.
     """
-    if orjson is not None:
-        compiled = _fast.module("collect")
-        plain = _json_plain if compiled is None else compiled.json_plain
-        if plain(document):
-            try:
-                data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
-            except TypeError:  # an integer beyond 64 bits, nesting too deep
-                data = b"\x7f"
-            if data.isascii() and b"\x7f" not in data:
-                return data.decode("ascii")
+    compiled = _fast.module("collect")
+    plain = _json_plain if compiled is None else compiled.json_plain
+    if plain(document):
+        try:
+            data = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+        except TypeError:  # an integer beyond 64 bits, nesting too deep
+            data = b"\x7f"
+        if data.isascii() and b"\x7f" not in data:
+            return data.decode("ascii")
     return json.dumps(document, indent=2)
 
 

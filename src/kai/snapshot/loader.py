@@ -23,12 +23,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
 
+import orjson
 import yaml
-
-try:  # a dependency; json alone reads the same documents, slower
-    import orjson
-except ImportError:  # pragma: no cover
-    orjson = None  # type: ignore[assignment]
 
 from kai import _fast
 from kai.api.errors import ConfigError, InputError
@@ -1261,12 +1257,10 @@ def _json_loads(text: str) -> Any:
     """``json.loads``, by orjson where it reads the text (orjson refuses what JSON does
     not allow and ``json`` accepts, such as NaN or integers beyond 64 bits: those are
     read by ``json``, so the result is always ``json.loads``'s)."""
-    if orjson is not None:
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _iter_documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
