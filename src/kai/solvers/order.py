@@ -11,12 +11,48 @@ pairwise comparisons.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from itertools import count
+from typing import Any, TypeVar
 
 from kai.actions.common import JobQueue
 from kai.api.model import Job
 from kai.framework.session import Session
+
+Entry = tuple[Any, int, Job]  # (order key, insertion number, job): sorts by job order
+_Pool = TypeVar("_Pool", bound="LeafPool")
+
+
+class LeafPool:
+    """The jobs :meth:`member` accepts, per leaf queue, ascending by order key; kept
+    for a whole action and re-keyed by the subclasses as jobs change."""
+
+    def __init__(self, ssn: Session, key: Callable[[Job], Any], jobs: Iterable[Job]) -> None:
+        self.ssn = ssn
+        self.key = key
+        self._seq = count()
+        self.leaves: dict[str, list[Entry]] = {}
+        self.entries: dict[Job, Entry] = {}
+        for job in jobs:
+            if self.member(job):
+                self.leaves.setdefault(job.queue or "", []).append(self._enter(job))
+        for entries in self.leaves.values():
+            entries.sort()
+
+    @classmethod
+    def for_session(cls: type[_Pool], ssn: Session) -> _Pool | None:
+        """A pool, or None when some job-order function has no order key."""
+        key = job_order_key(ssn)
+        return None if key is None else cls(ssn, key)  # type: ignore[call-arg]
+
+    def member(self, job: Job) -> bool:
+        raise NotImplementedError
+
+    def _enter(self, job: Job) -> Entry:
+        """A new entry for ``job``, recorded in :attr:`entries`."""
+        entry = (self.key(job), next(self._seq), job)
+        self.entries[job] = entry
+        return entry
 
 
 def default_order_key(job: Job) -> tuple:

@@ -24,37 +24,23 @@ from typing import Any
 from kai.actions.common import PENDING_AT_START, JobQueue
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
-from kai.solvers.order import job_order_key
+from kai.solvers.order import LeafPool
 
 #: Where an eviction action keeps its pool for the simulations (``ssn.cache``).
 POOL_KEY = "solver.pending_pool"
 
 
-class PendingPool:
+class PendingPool(LeafPool):
     """Jobs with a pending task per leaf queue, ascending by order key."""
 
     def __init__(self, ssn: Session, key: Callable[[Job], Any]) -> None:
-        self.ssn = ssn
-        self.key = key
-        self._seq = count()
-        self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
-        self.entries: dict[Job, tuple[Any, int, Job]] = {}
         # No task becomes pending in a session: the jobs that had a pending task when
         # the session's first action looked are all there can be (kai.actions.common).
         jobs = ssn.cache.get(PENDING_AT_START)
-        for job in ssn.jobs.values() if jobs is None else jobs:
-            if job.queue in ssn.queues and job.has_pending():
-                entry = (key(job), next(self._seq), job)
-                self.entries[job] = entry
-                self.leaves.setdefault(job.queue or "", []).append(entry)
-        for entries in self.leaves.values():
-            entries.sort()
+        super().__init__(ssn, key, ssn.jobs.values() if jobs is None else jobs)
 
-    @classmethod
-    def for_session(cls, ssn: Session) -> PendingPool | None:
-        """A pool, or None when some job-order function has no order key."""
-        key = job_order_key(ssn)
-        return None if key is None else cls(ssn, key)
+    def member(self, job: Job) -> bool:
+        return job.queue in self.ssn.queues and job.has_pending()
 
     def update(self, jobs: Iterable[Job]) -> None:
         """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool."""
@@ -64,10 +50,8 @@ class PendingPool:
             if old is not None:
                 entries = self.leaves[leaf]
                 del entries[bisect_left(entries, old)]
-            if job.queue in self.ssn.queues and job.has_pending():
-                entry = (self.key(job), next(self._seq), job)
-                self.entries[job] = entry
-                insort(self.leaves.setdefault(leaf, []), entry)
+            if self.member(job):
+                insort(self.leaves.setdefault(leaf, []), self._enter(job))
 
 
 class _Leaf:

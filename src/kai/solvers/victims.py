@@ -33,7 +33,7 @@ import numpy as np
 from kai.actions.common import JobQueue
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
-from kai.solvers.order import job_order_key
+from kai.solvers.order import LeafPool
 
 if TYPE_CHECKING:
     from kai.solvers.scenario import AccumulatedState, Eviction
@@ -49,31 +49,15 @@ def potential_victim(ssn: Session, job: Job) -> bool:
     )
 
 
-class VictimPool:
+class VictimPool(LeafPool):
     """Potential victims per leaf queue, ascending by order key (victim order = reversed)."""
 
     def __init__(self, ssn: Session, key: Callable[[Job], Any]) -> None:
-        self.ssn = ssn
-        self.key = key
-        self._seq = count()
-        self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}
-        self.entries: dict[Job, tuple[Any, int, Job]] = {}
         self._stale: list[Iterable[Job]] = []  # jobs to re-key before the next read
-        rows: dict[str, list[tuple[Any, int, Job]]] = {}
-        for job in ssn.jobs.values():
-            if potential_victim(ssn, job):
-                entry = (key(job), next(self._seq), job)
-                self.entries[job] = entry
-                rows.setdefault(job.queue or "", []).append(entry)
-        for leaf, entries in rows.items():
-            entries.sort()
-            self.leaves[leaf] = entries
+        super().__init__(ssn, key, ssn.jobs.values())
 
-    @classmethod
-    def for_session(cls, ssn: Session) -> VictimPool | None:
-        """A pool, or None when some job-order function has no order key."""
-        key = job_order_key(ssn)
-        return None if key is None else cls(ssn, key)
+    def member(self, job: Job) -> bool:
+        return potential_victim(self.ssn, job)
 
     def update(self, jobs: Iterable[Job]) -> None:
         """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool.
@@ -96,10 +80,8 @@ class VictimPool:
             old = self.entries.pop(job, None)
             if old is not None:
                 gone.setdefault(leaf, []).append(old)
-            if potential_victim(self.ssn, job):
-                entry = (self.key(job), next(self._seq), job)
-                self.entries[job] = entry
-                new.setdefault(leaf, []).append(entry)
+            if self.member(job):
+                new.setdefault(leaf, []).append(self._enter(job))
         for leaf in gone.keys() | new.keys():
             entries = self.leaves.setdefault(leaf, [])
             removed, added = gone.get(leaf, []), new.get(leaf, [])
