@@ -143,6 +143,9 @@ class _Reg:
     # A callable; for batch_predicate a (reason, callable) pair, for scenario_generator
     # the generator's name.
     fn: Any
+    # queue_order: a function of one job (or None) that says all the comparison reads
+    # of the job, when the plugin declares one (see Session.queue_order_job_key).
+    job_key: Callable[[Job | None], Any] | None = None
 
 
 class PredicateError(Exception):
@@ -231,9 +234,9 @@ class Session:
         return Statement(self)
 
     # ------------------------------------------------------------- registration
-    def _add(self, point: str, fn: Any) -> None:
+    def _add(self, point: str, fn: Any, job_key: Callable[[Job | None], Any] | None = None) -> None:
         tier, plugin = self._current
-        self._regs[point].append(_Reg(tier, plugin, fn))
+        self._regs[point].append(_Reg(tier, plugin, fn, job_key))
 
     def registered(self, point: str) -> list[_Reg]:
         return self._regs.get(point, [])
@@ -244,9 +247,15 @@ class Session:
     def add_task_order_fn(self, fn: Callable[[Task, Task], int]) -> None:
         self._add("task_order", fn)
 
-    def add_queue_order_fn(self, fn: Callable[..., int]) -> None:
-        """fn(left_queue, right_queue, left_job, right_job, left_victims, right_victims)."""
-        self._add("queue_order", fn)
+    def add_queue_order_fn(
+        self, fn: Callable[..., int], *, job_key: Callable[[Job | None], Any] | None = None
+    ) -> None:
+        """fn(left_queue, right_queue, left_job, right_job, left_victims, right_victims).
+
+        ``job_key(job)``, when given, is all that ``fn`` reads of a job without victims:
+        two jobs of equal keys compare the same against anything, in the same state.
+        """
+        self._add("queue_order", fn, job_key)
 
     def add_pre_predicate_fn(self, fn: Callable[[Task, Job], str | None]) -> None:
         self._add("pre_predicate", fn)
@@ -358,6 +367,16 @@ class Session:
 
     def job_order(self, left: Job, right: Job) -> int:
         return self._chain_compare("job_order", left, right) or _default_order(left, right)
+
+    def queue_order_job_key(self, job: Job | None) -> tuple | None:
+        """What :meth:`queue_order` reads of ``job`` (without victims): jobs of equal keys
+        stand for their queue alike.  None when some queue order declares no key."""
+        keys = []
+        for reg in self._regs.get("queue_order", ()):
+            if reg.job_key is None:
+                return None
+            keys.append(reg.job_key(job))
+        return tuple(keys)
 
     def task_order(self, left: Task, right: Task) -> int:
         return self._chain_compare("task_order", left, right) or _default_order(left, right)

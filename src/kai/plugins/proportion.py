@@ -166,7 +166,7 @@ class ProportionPlugin(Plugin):
         self.total = self._cluster_total(ssn)
         self._divide(ssn)
         ssn.cache["proportion"] = self
-        ssn.add_queue_order_fn(self.queue_order)
+        ssn.add_queue_order_fn(self.queue_order, job_key=self._job_key)
         ssn.add_is_job_over_capacity_fn(self.job_over_capacity)
         ssn.add_is_non_preemptible_job_over_quota_fn(self.non_preemptible_over_quota)
         ssn.add_event_handler(EventHandler(self._on_allocate, self._on_deallocate))
@@ -521,6 +521,10 @@ class ProportionPlugin(Plugin):
         if ls.rank != rs.rank:
             return -1 if ls.rank < rs.rank else 1
         return 0
+
+    def _job_key(self, job: Job | None) -> bytes:
+        """All :meth:`queue_order` reads of a job: its next request."""
+        return self._job_request(job).tobytes()
 
     def _job_request(self, job: Job | None) -> np.ndarray:
         if job is None:

@@ -140,11 +140,27 @@ class SimulationQueue(JobQueue):
             best = self._best_among(self.children.get(None, []), {})
             if best is None:
                 return None
-            job = self.leaves[best[0]].pop()
+            leaf = self.leaves[best[0]]
+            job = leaf.pop()
             if job in self.participants:
                 self.remaining -= 1
                 return job
+            self._skip_alike(leaf, job)
         return None
+
+    def _skip_alike(self, leaf: _Leaf, skipped: Job) -> None:
+        """Skip the non-participants after ``skipped`` in ``leaf`` that the queue order
+        cannot tell from it: with nothing else changed, each would win the same
+        comparisons and be skipped in turn."""
+        key = self.ssn.queue_order_job_key(skipped)
+        if key is None:
+            return
+        participants, key_of = self.participants, self.ssn.queue_order_job_key
+        while True:
+            job = leaf.head()
+            if job is None or job in participants or key_of(job) != key:
+                return
+            leaf.pop()
 
     def empty(self) -> bool:
         return not self.remaining

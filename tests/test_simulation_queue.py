@@ -1,0 +1,135 @@
+"""The re-allocation queue of a scenario simulation skips runs of alike jobs at once.
+
+A simulation's queue pops every job with a pending task in queue order and returns only
+the participants.  While it skips the others nothing changes, so a job the queue order
+cannot tell from the one just skipped (the same request, for proportion) would win the
+same comparisons and be skipped too: the queue skips such runs without comparing.
+These tests check, on random clusters, that the participants come out exactly as they
+do when every skipped job is compared.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+from kai.engine import parse_now
+from kai.framework.session import Session
+from kai.solvers.pending import PendingPool, SimulationQueue
+from tests._kai_cluster import NOW, J, T, build, queue
+
+
+def _random_cluster(seed: int):
+    rng = random.Random(seed)
+    nodes = {f"n{i}": rng.choice([4, 8]) for i in range(rng.randint(2, 6))}
+    departments = rng.random() < 0.5
+    queues = []
+    if departments:
+        queues += [
+            queue(f"d{k}", rng.choice([0, 4, 8]), parent=None, created=NOW + timedelta(minutes=k))
+            for k in range(2)
+        ]
+    leaves = [f"q{k}" for k in range(rng.randint(2, 5))]
+    for k, name in enumerate(leaves):
+        parent = f"d{k % 2}" if departments else "default"
+        queues.append(
+            queue(name, rng.choice([0, 1, 2, 4]), parent=parent, created=NOW + timedelta(minutes=k))
+        )
+    free = {n: g for n, g in nodes.items()}
+    jobs = []
+    for j in range(rng.randint(8, 30)):
+        gpus = rng.choice([1, 1, 2])  # few shapes: runs of alike jobs
+        size = rng.choice([1, 1, 2])
+        tasks = []
+        for _ in range(size):
+            room = [n for n, g in free.items() if g >= gpus]
+            if room and rng.random() < 0.3:
+                node = rng.choice(room)
+                free[node] -= gpus
+                tasks.append(T("Running", node))
+            else:
+                tasks.append(T("Pending"))
+        jobs.append(J(f"j{j:02d}", rng.choice(leaves), tasks, gpus=gpus, priority=50))
+    return build(nodes, queues, jobs), rng
+
+
+def _open(snapshot) -> Session:
+    config = snapshot.scheduler_config(["reclaim"])
+    ssn = Session(snapshot.state(), config, now=parse_now(NOW))
+    ssn.open(config.build_plugins())
+    return ssn
+
+
+def _pop_all(ssn: Session, participants: list, replaces: set) -> tuple[list[str], int]:
+    """The participants in the order the simulation queue returns them, and how many
+    queue comparisons that took."""
+    calls = 0
+    compare = ssn.queue_order
+
+    def counting(*args):
+        nonlocal calls
+        calls += 1
+        return compare(*args)
+
+    ssn.queue_order = counting  # type: ignore[method-assign]
+    try:
+        pool = PendingPool.for_session(ssn)
+        assert pool is not None
+        queue = SimulationQueue(ssn, pool, participants, replaces)
+        order = []
+        while (job := queue.pop()) is not None:
+            order.append(job.name)
+    finally:
+        del ssn.queue_order
+    return order, calls
+
+
+def _orders(seed: int) -> tuple[list[str], list[str], int, int]:
+    """The participants' order with and without skipping, and the comparisons each took."""
+    snapshot, rng = _random_cluster(seed)
+    ssn = _open(snapshot)
+    jobs = sorted(ssn.jobs.values(), key=lambda job: job.name)
+    participants = rng.sample(jobs, k=min(len(jobs), rng.randint(2, 6)))
+    skipping, skipping_calls = _pop_all(ssn, participants, set(participants))
+
+    ssn_all = _open(snapshot)
+    ssn_all.queue_order_job_key = lambda job: None  # type: ignore[method-assign]
+    by_name = {job.name: job for job in ssn_all.jobs.values()}
+    same = [by_name[job.name] for job in participants]
+    comparing, comparing_calls = _pop_all(ssn_all, same, set(same))
+    assert sorted(skipping) == sorted(job.name for job in participants)
+    return skipping, comparing, skipping_calls, comparing_calls
+
+
+def test_skipping_alike_jobs_keeps_the_participants_order() -> None:
+    saved = total = 0
+    for seed in range(80):
+        skipping, comparing, skipping_calls, comparing_calls = _orders(seed)
+        assert skipping == comparing, f"seed {seed}"
+        assert skipping_calls <= comparing_calls, f"seed {seed}"
+        saved += comparing_calls - skipping_calls
+        total += comparing_calls
+    assert saved > total // 10  # the clusters do have runs of alike jobs to skip
+
+
+def test_runs_of_alike_jobs_are_skipped_without_comparing() -> None:
+    # Two leaf queues, each with twenty alike pending jobs; the participants are the
+    # last job of each.  Comparing every skipped job costs a comparison per job.
+    nodes = {"n0": 8}
+    queues = [queue("q0", 2, created=NOW), queue("q1", 2, created=NOW + timedelta(minutes=1))]
+    jobs = [J(f"a{i:02d}", "q0", [T("Pending")]) for i in range(20)]
+    jobs += [J(f"b{i:02d}", "q1", [T("Pending")]) for i in range(20)]
+    snapshot = build(nodes, queues, jobs)
+
+    ssn = _open(snapshot)
+    last = [job for job in ssn.jobs.values() if job.name in ("a19", "b19")]
+    order, calls = _pop_all(ssn, last, set(last))
+    assert sorted(order) == ["a19", "b19"]
+    assert calls <= 3
+
+    ssn_all = _open(snapshot)
+    ssn_all.queue_order_job_key = lambda job: None  # type: ignore[method-assign]
+    last = [job for job in ssn_all.jobs.values() if job.name in ("a19", "b19")]
+    order_all, calls_all = _pop_all(ssn_all, last, set(last))
+    assert order_all == order
+    assert calls_all >= 19
