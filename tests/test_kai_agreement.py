@@ -92,3 +92,40 @@ def test_consolidation_moves_the_victim_it_evicted() -> None:
         "j00-0": ("Pipelined", "node6"),
         "j03-0": ("Pipelined", "node5"),
     }
+
+
+def test_preempt_counts_a_preemptor_over_its_quota_as_failed() -> None:
+    # The non-preemptible j01 would take q1's non-preemptible usage over its deserved 0:
+    # its attempt fails, and j12, which asks for the same pods, is no easier to place,
+    # so it is skipped instead of preempting j06.
+    nodes = {"node1": 1}
+    departments = [dept("d0", 0, -1, 0)]
+    queues = [leaf("q1", 0, -1, 1, "d0", 0)]
+    jobs = [
+        J("j01", "q1", [T("Pending")], gpus=1, priority=100),
+        J("j12", "q1", [T("Pending")], gpus=1, priority=75),
+        J("j06", "q1", [T("Running", "node1")], gpus=1, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs, departments=departments), ["preempt"])
+    assert statuses(result) == {
+        "j01-0": ("Pending", None),
+        "j06-0": ("Running", "node1"),
+        "j12-0": ("Pending", None),
+    }
+
+
+def test_consolidation_counts_a_job_without_enough_gpus_as_failed() -> None:
+    # One GPU is free and j00 asks for two: its attempt fails before any search, and
+    # j01, the same pod, is then skipped as no easier to place (KAI checks the free GPUs
+    # inside the attempt, after the signature skip).
+    nodes = {"node0": 2, "node1": 2}
+    queues = [leaf("q0", 0, -1, 1, "default", 0)]
+    jobs = [
+        J("j00", "q0", [T("Pending")], gpus=2, priority=50),
+        J("j01", "q0", [T("Pending")], gpus=2, priority=50),
+        J("j02", "q0", [T("Running", "node0")], gpus=1, priority=50),
+        J("j03", "q0", [T("Running", "node1")], gpus=2, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["consolidation"])
+    assert statuses(result)["j01-0"] == ("Pending", None)
+    assert "equivalent to already failed job ns/j00" in result.pod_groups["ns/j01"].reason

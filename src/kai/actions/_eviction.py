@@ -43,9 +43,10 @@ def run_eviction_action(
     action: str,
     *,
     preemptible_only: bool,
-    admit: Callable[[Job], bool],
     accept: Callable[[Job, Job], bool],
     validator: Callable[[Job], Validator],
+    admit: Callable[[Job], bool] | None = None,
+    precheck: Callable[[Job], bool] | None = None,
     candidates: Callable[[Job], list[Job]] | None = None,
     accept_leaf: Callable[[Job, str], bool] | None = None,
     signatures_per_queue: bool = True,
@@ -57,6 +58,10 @@ def run_eviction_action(
     whole action, unless ``candidates`` gives the list itself or some job-order function
     has no sort key (then the list is built per job).  ``accept_leaf(preemptor, queue)``,
     if given, is False only for leaf queues none of whose jobs ``accept`` takes.
+
+    ``admit(job)``, if given, is asked first: a job it turns away is not tried and does not count
+    as failed.  ``precheck(job)``, if given, is the attempt's first step (after the
+    signature and victim-invariant checks): a job it turns away has failed.
 
     A job no easier to place than one whose search already failed in this execution is
     not tried (:mod:`kai.actions.signatures`); failed jobs are kept per leaf queue and
@@ -96,7 +101,7 @@ def run_eviction_action(
             job = queue.pop()
             if job is None:
                 return
-            if not admit(job):
+            if admit is not None and not admit(job):
                 continue
             tasks = tasks_to_allocate(ssn, job)
             if not tasks:
@@ -112,6 +117,10 @@ def run_eviction_action(
             problem = victim_invariant_problem(ssn, job, tasks)
             if problem:
                 ssn.record_fit_error(job, problem)
+                continue
+            if precheck is not None and not precheck(job):
+                if failed is not None:
+                    failed.failed(job)
                 continue
             ssn.on_job_solution_start()
             solver = JobSolver(ssn, budget, validator(job), action, partial(victims_of, job))

@@ -53,7 +53,7 @@ def consolidation(ssn: Session) -> None:
         ssn,
         "consolidation",
         preemptible_only=True,
-        admit=enough_gpus,
+        precheck=enough_gpus,  # a job without enough GPUs in the cluster has failed
         accept=accept,
         candidates=candidates if limit >= 0 else None,
         validator=validator,

@@ -17,7 +17,7 @@ from kai.solvers.scenario import Scenario
 
 
 def preempt(ssn: Session) -> None:
-    def admit(job: Job) -> bool:
+    def within_quota(job: Job) -> bool:
         problem = ssn.is_non_preemptible_job_over_quota(job, tasks_to_allocate(ssn, job))
         if problem:
             ssn.record_fit_error(job, problem)
@@ -43,7 +43,7 @@ def preempt(ssn: Session) -> None:
         ssn,
         "preempt",
         preemptible_only=False,
-        admit=admit,
+        precheck=within_quota,  # a job over its quota has failed (for signatures)
         accept=accept,
         accept_leaf=lambda preemptor, queue: queue == preemptor.queue,
         validator=validator,
