@@ -5,7 +5,10 @@
 * nothing is evicted unless a pending pod is pipelined in the same action;
 * reclaim never pushes a victim queue below its deserved quota (1-GPU victims), and the
   reclaiming queue stays within its fair share;
-* consolidation re-places every pod it evicts.
+* consolidation re-places every pod it evicts;
+* no node ends up holding more GPUs than it has (bound, binding and pipelined pods; a
+  releasing pod's place may be taken by a pipelined one), even when a pod placed earlier
+  in the session is evicted again.
 """
 
 from __future__ import annotations
@@ -70,6 +73,17 @@ def clusters(draw, *, single_gpu_victims: bool = False, contested: bool = False)
     return build(nodes, queues, jobs), jobs
 
 
+def _assert_no_node_overcommitted(snap, result) -> None:
+    capacity = {n.name: n.allocatable.get("nvidia.com/gpu", 0.0) for n in snap.objects.nodes}
+    gpus = {p.key: p.requests.get("nvidia.com/gpu", 0.0) for p in snap.objects.pods}
+    held: dict[str, float] = defaultdict(float)
+    for key, pod in result.pods.items():
+        if pod.node and pod.status in ("Running", "Binding", "Pipelined"):
+            held[pod.node] += gpus[key]
+    for node, used in held.items():
+        assert used <= capacity[node] + 1e-9, f"{node} holds {used} GPUs of {capacity[node]}"
+
+
 def _common_checks(result, jobs: list[J]) -> None:
     by_name = {j.name: j for j in jobs}
     evicted = [d for d in result.decisions if d.type == "evict"]
@@ -101,6 +115,7 @@ def test_preempt_invariants(case) -> None:
     snap, jobs = case
     result = run(snap, ["preempt"])
     _common_checks(result, jobs)
+    _assert_no_node_overcommitted(snap, result)
     by_name = {j.name: j for j in jobs}
     for d in result.decisions:
         if d.type == "evict":
@@ -119,6 +134,7 @@ def test_reclaim_invariants(case) -> None:
     snap, jobs = case
     result = run(snap, ["reclaim"])
     _common_checks(result, jobs)
+    _assert_no_node_overcommitted(snap, result)
     by_name = {j.name: j for j in jobs}
     deserved = {"q0": None, "q1": None}
     for obj in snap.objects.queues:
@@ -144,6 +160,7 @@ def test_consolidation_replaces_every_victim(case) -> None:
     for pod in evicted:
         assert result.pods[pod].status == "Pipelined"
     _common_checks(result, jobs)
+    _assert_no_node_overcommitted(snap, result)
 
 
 EVICTING_ACTIONS = [["reclaim"], ["preempt"], ["reclaim", "preempt"]]
@@ -162,5 +179,6 @@ def test_only_bound_pods_are_evicted(case, actions) -> None:
             assert d.pod in bound, f"evicted {d.pod}, which no node runs"
     placed = [d.pod for d in result.decisions if d.type in ("bind", "pipeline")]
     assert len(placed) == len(set(placed))
+    _assert_no_node_overcommitted(snap, result)
     for pod in placed:
         assert result.pods[pod].status in ("Binding", "Pipelined"), pod

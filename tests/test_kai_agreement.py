@@ -129,3 +129,26 @@ def test_consolidation_counts_a_job_without_enough_gpus_as_failed() -> None:
     result = run(build(nodes, queues, jobs), ["consolidation"])
     assert statuses(result)["j01-0"] == ("Pending", None)
     assert "equivalent to already failed job ns/j00" in result.pod_groups["ns/j01"].reason
+
+
+def test_consolidation_keeps_the_place_of_a_moved_victim_moved_again_releasing() -> None:
+    # Consolidation for j00 moves j03 from node5 to node4 (a tie with node6). For j04 it
+    # moves j03 again: the place on node4 it leaves stays releasing for the session, so
+    # j03 goes to node6, whose GPUs are idle, and j04 is pipelined onto node4.
+    nodes = {"node3": 1, "node4": 2, "node5": 2, "node6": 2}
+    departments = [dept("d0", 0, -1, 0)]
+    queues = [
+        leaf("q0", 0, -1, 1, "d0", 0),
+        leaf("q1", 0, -1, 1, "d0", 1),
+    ]
+    jobs = [
+        J("j00", "q1", [T("Pending")], gpus=1, priority=50),
+        J("j03", "q0", [T("Running", "node5")], gpus=2, priority=50),
+        J("j04", "q0", [T("Pending")], gpus=1, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs, departments=departments), ["consolidation"])
+    assert statuses(result) == {
+        "j00-0": ("Pipelined", "node3"),
+        "j03-0": ("Pipelined", "node6"),
+        "j04-0": ("Pipelined", "node4"),
+    }

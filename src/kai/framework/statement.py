@@ -10,8 +10,9 @@ Only a pod bound in the cluster is ever evicted.  Evicting a task that this sess
 placed (allocated, pipelined or binding) undoes that placement and withdraws its bind
 or pipeline decision: a pod the cluster has not bound returns to pending, and a moved
 victim (bound, evicted and pipelined elsewhere earlier in the session) returns to
-releasing on its own node, evicted once.  No second eviction leaves the session, and
-the capacity the placement held is free again, so nothing is pipelined onto it twice.
+releasing on its own node, evicted once.  No second eviction leaves the session.  The
+place the undone placement held stays releasing for the rest of the session, as
+KAI-Scheduler keeps it: one pod's worth may be pipelined onto it, nothing bound.
 
 A moved victim's old place stays releasing for the rest of the session (its pod runs
 there until it terminates): pods may be pipelined onto it, never bound.  (Whole-GPU
@@ -50,6 +51,18 @@ class _Op:
     ref: _Op | None = None
     # The node where this op made (place) or dropped (unplace) a moved victim's hold.
     held: int = -1
+    # unplace: the hold that keeps the place it vacated releasing.
+    vacated: _Vacated | None = None
+
+
+class _Vacated:
+    """The place a task placed by this session left when it was evicted again: it stays
+    releasing for the rest of the session, as KAI-Scheduler keeps it."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, task: Task) -> None:
+        self.request = task.request
 
 
 class Statement:
@@ -145,6 +158,9 @@ class Statement:
         op = self._record("unplace", task, reason)
         self._detach(task)
         nodes = self.ssn.nodes
+        if task.node >= 0 and not task.is_shared_gpu:
+            op.vacated = _Vacated(task)
+            nodes.hold(op.vacated, task.node)  # type: ignore[arg-type]
         if task in nodes.held:
             op.held = nodes.unhold(task)  # releasing on its own node again, as itself
         if task.pod.node_name:
@@ -215,6 +231,8 @@ class Statement:
             self.ssn.fire_deallocate(task)
             return
         self._detach(task)
+        if op.vacated is not None:
+            self.ssn.nodes.unhold(op.vacated)  # type: ignore[arg-type]
         if op.held >= 0:
             if op.kind == "unplace":
                 self.ssn.nodes.hold(task, op.held)
