@@ -152,3 +152,28 @@ def test_consolidation_keeps_the_place_of_a_moved_victim_moved_again_releasing()
         "j03-0": ("Pipelined", "node6"),
         "j04-0": ("Pipelined", "node4"),
     }
+
+
+def test_consolidation_moves_a_victim_back_onto_its_own_releasing_place() -> None:
+    # j04 is moved three times (for j06, j01 and j05). Moved for j01, it goes back to
+    # node2, the place it had just left: it takes that place back, so node2 keeps an idle
+    # GPU and j05 then packs onto node2 (on idle capacity) while j04 moves to node4.
+    nodes = {"node0": 8, "node2": 2, "node4": 4}
+    queues = [
+        leaf("q0", 0, -1, 1, "default", 0),
+        leaf("q1", 5, -1, 1, "default", 1),
+        leaf("q3", 9, -1, 1, "default", 2),
+    ]
+    jobs = [
+        J("j06", "q1", [T("Pending")], gpus=1, priority=50),
+        J("j01", "q3", [T("Pending")], gpus=2, priority=50),
+        J("j04", "q0", [T("Running", "node0")], gpus=1, priority=50),
+        J("j05", "q1", [T("Pending")], gpus=1, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["consolidation"])
+    assert statuses(result) == {
+        "j01-0": ("Pipelined", "node4"),
+        "j04-0": ("Pipelined", "node4"),
+        "j05-0": ("Pipelined", "node2"),
+        "j06-0": ("Pipelined", "node2"),
+    }

@@ -316,6 +316,12 @@ class _Parented(Protocol):
     parent: str | None
 
 
+class Holdable(Protocol):
+    """What :meth:`NodeTable.hold` keeps releasing: a task, or a place one left."""
+
+    request: np.ndarray
+
+
 def queue_path(queues: Mapping[str, _Parented], leaf: str | None) -> list[str]:
     """Root-to-leaf queue names ending with ``leaf`` (empty for an unknown queue).
 
@@ -433,7 +439,10 @@ class NodeTable:
         self.version = 0
         # Moved victims (evicted, then placed on another node in this session) -> the
         # node they still run on, whose capacity they hold as releasing until they go.
-        self.held: dict[Task, int] = {}
+        self.held: dict[Holdable, int] = {}
+        # The latest place each task left when the session undid its placement there
+        # (kai.framework.statement): (node, the hold keeping it releasing).
+        self.vacated: dict[Task, tuple[int, Holdable]] = {}
 
     def __len__(self) -> int:
         return len(self.names)
@@ -503,7 +512,7 @@ class NodeTable:
         if task.is_shared_gpu and task.gpu_group is not None:
             self._update_group(task, -1)
 
-    def hold(self, task: Task, node: int) -> None:
+    def hold(self, task: Holdable, node: int) -> None:
         """Keep ``task``'s request releasing on ``node`` (the node a moved victim runs on,
         which frees the capacity only when its pod terminates: something may be
         pipelined onto it in this session, nothing bound)."""
@@ -514,7 +523,7 @@ class NodeTable:
         self.idle[node] -= r
         self.held[task] = node
 
-    def unhold(self, task: Task) -> int:
+    def unhold(self, task: Holdable) -> int:
         """Undo :meth:`hold`; the node it was held on."""
         node = self.held.pop(task)
         self.version += 1

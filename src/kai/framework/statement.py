@@ -12,7 +12,8 @@ or pipeline decision: a pod the cluster has not bound returns to pending, and a 
 victim (bound, evicted and pipelined elsewhere earlier in the session) returns to
 releasing on its own node, evicted once.  No second eviction leaves the session.  The
 place the undone placement held stays releasing for the rest of the session, as
-KAI-Scheduler keeps it: one pod's worth may be pipelined onto it, nothing bound.
+KAI-Scheduler keeps it: one pod's worth may be pipelined onto it, nothing bound.  If
+the same pod is placed on that node again, it takes its place back.
 
 A moved victim's old place stays releasing for the rest of the session (its pod runs
 there until it terminates): pods may be pipelined onto it, never bound.  (Whole-GPU
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kai.api.model import ON_NODE as _ON_NODE
-from kai.api.model import Task, TaskStatus
+from kai.api.model import Holdable, Task, TaskStatus
 from kai.framework.session import Decision
 from kai.snapshot.builder import gpu_group_of
 
@@ -51,13 +52,18 @@ class _Op:
     ref: _Op | None = None
     # The node where this op made (place) or dropped (unplace) a moved victim's hold.
     held: int = -1
-    # unplace: the hold that keeps the place it vacated releasing.
+    # unplace: the hold that keeps the place it vacated releasing, and the task's
+    # vacated place it replaced (NodeTable.vacated) for the undo.
     vacated: _Vacated | None = None
+    prev_vacated: tuple[int, Holdable] | None = None
+    # allocate/pipeline: the task's vacated place it took back (same node).
+    retaken: tuple[int, Holdable] | None = None
 
 
 class _Vacated:
     """The place a task placed by this session left when it was evicted again: it stays
-    releasing for the rest of the session, as KAI-Scheduler keeps it."""
+    releasing for the rest of the session, as KAI-Scheduler keeps it, unless the task
+    is placed on that node again and takes its place back."""
 
     __slots__ = ("request",)
 
@@ -128,10 +134,17 @@ class Statement:
             and not task.is_shared_gpu
         )
         self._detach(task)
+        nodes = self.ssn.nodes
         if moved:
             # Its pod still runs there: the old place stays releasing until it goes.
-            self.ssn.nodes.hold(task, old)
+            nodes.hold(task, old)
             op.held = old
+        vacated = nodes.vacated.get(task)
+        if vacated is not None and vacated[0] == node:
+            # Back where an undone placement of it was: it takes that place back.
+            nodes.unhold(vacated[1])
+            del nodes.vacated[task]
+            op.retaken = vacated
         task.status = status
         task.node = node
         if task.is_shared_gpu:
@@ -160,7 +173,9 @@ class Statement:
         nodes = self.ssn.nodes
         if task.node >= 0 and not task.is_shared_gpu:
             op.vacated = _Vacated(task)
-            nodes.hold(op.vacated, task.node)  # type: ignore[arg-type]
+            nodes.hold(op.vacated, task.node)
+            op.prev_vacated = nodes.vacated.get(task)
+            nodes.vacated[task] = (task.node, op.vacated)
         if task in nodes.held:
             op.held = nodes.unhold(task)  # releasing on its own node again, as itself
         if task.pod.node_name:
@@ -231,8 +246,16 @@ class Statement:
             self.ssn.fire_deallocate(task)
             return
         self._detach(task)
+        nodes = self.ssn.nodes
         if op.vacated is not None:
-            self.ssn.nodes.unhold(op.vacated)  # type: ignore[arg-type]
+            nodes.unhold(op.vacated)
+            if op.prev_vacated is None:
+                del nodes.vacated[task]
+            else:
+                nodes.vacated[task] = op.prev_vacated
+        if op.retaken is not None:
+            nodes.hold(op.retaken[1], op.retaken[0])
+            nodes.vacated[task] = op.retaken
         if op.held >= 0:
             if op.kind == "unplace":
                 self.ssn.nodes.hold(task, op.held)
