@@ -177,3 +177,38 @@ def test_consolidation_moves_a_victim_back_onto_its_own_releasing_place() -> Non
         "j05-0": ("Pipelined", "node2"),
         "j06-0": ("Pipelined", "node2"),
     }
+
+
+def test_victim_queue_order_counts_a_victims_running_pods_not_its_pipelined_ones() -> None:
+    # Consolidating for j08 pipelines j08-2 onto node5. For j10, the victim queue order
+    # weighs each queue's share less its next victim's allocation, which (as in KAI)
+    # counts only the victim's bound and running pods: q1 less j08's two running GPUs
+    # (3 of 15) is above q0 less j03 (2 of 12), so j08 is taken first and moved whole
+    # onto node5.
+    nodes = {"node3": 8, "node4": 8, "node5": 8}
+    queues = [
+        leaf("q0", 12, -1, 1, "default", 0),
+        leaf("q1", 15, -1, 1, "default", 1),
+    ]
+    jobs = [
+        J("j00", "q0", [T("Running", "node4")], gpus=2, priority=50),
+        J("j03", "q0", [T("Running", "node5")], gpus=1, priority=50),
+        J(
+            "j08",
+            "q1",
+            [T("Running", "node3"), T("Running", "node5"), T("Pending")],
+            gpus=1,
+            priority=50,
+        ),
+        J("j10", "q1", [T("Running", "node5"), T("Pending")], gpus=2, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["consolidation"])
+    assert statuses(result) == {
+        "j00-0": ("Running", "node4"),
+        "j03-0": ("Running", "node5"),
+        "j08-0": ("Pipelined", "node5"),
+        "j08-1": ("Running", "node5"),
+        "j08-2": ("Pipelined", "node5"),
+        "j10-0": ("Running", "node5"),
+        "j10-1": ("Pipelined", "node5"),
+    }

@@ -542,10 +542,12 @@ class ProportionPlugin(Plugin):
         return cached
 
     def _victims_vector(self, victims: list[Job] | None) -> np.ndarray:
+        """What the victims hold, as KAI counts a job's allocation: its allocated, binding,
+        bound and running tasks (not the pipelined ones)."""
         out = np.zeros(len(QUEUE_RESOURCES))
         for job in victims or ():
             for task in job.tasks:
-                if task.status in ALLOCATED or task.status is TaskStatus.PIPELINED:
+                if task.status in ALLOCATED:
                     out += queue_vector(self.ssn, task)
         return out
 
