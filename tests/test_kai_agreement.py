@@ -212,3 +212,25 @@ def test_victim_queue_order_counts_a_victims_running_pods_not_its_pipelined_ones
         "j10-0": ("Running", "node5"),
         "j10-1": ("Pipelined", "node5"),
     }
+
+
+def test_a_probe_records_a_victim_group_whole() -> None:
+    # Consolidating for j01 evicts the gang j02 (both pods) and moves j02-0 next to j01
+    # on node4, putting j02-1 back on node5. The probe records j02 whole, as KAI does,
+    # so the final probe evicts both pods again: node5 then looks as free as node4, and
+    # j01 goes to node4, the first of the two.
+    nodes = {"node1": 4, "node4": 8, "node5": 8}
+    queues = [
+        leaf("q0", 0, -1, 1, "default", 0),
+        leaf("q1", 0, -1, 1, "default", 1),
+    ]
+    jobs = [
+        J("j01", "q0", [T("Pending")], gpus=1, priority=50),
+        J("j02", "q1", [T("Running", "node1"), T("Running", "node5")], gpus=4, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["consolidation"])
+    assert statuses(result) == {
+        "j01-0": ("Pipelined", "node4"),
+        "j02-0": ("Pipelined", "node4"),
+        "j02-1": ("Running", "node5"),
+    }

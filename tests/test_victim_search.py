@@ -184,7 +184,12 @@ def test_probes_start_from_the_victims_the_last_success_used(monkeypatch) -> Non
 
     def spy(self, job, pending, recorded, *args, **kw):
         got = plain(self, job, pending, recorded, *args, **kw)
-        used = None if got.sim is None else [t.job.name for t in JobSolver._used(got.sim)]
+        # Single-pod victims: each victim group is one task, so a probe records exactly
+        # the victims it evicted or moved.
+        sim = got.sim
+        used = None
+        if sim is not None:
+            used = [t.job.name for t in [*(sim.preempted or []), *(sim.moved or [])]]
         probes.append((len(pending), sorted(t.job.name for t in recorded), used))
         return got
 

@@ -3,11 +3,13 @@
 For a pending job with ``n`` tasks to place, every registered generator in turn runs
 a probe progression: solve the first k = 1, 2, 4, ..., n tasks (doubling, capped at n)
 until a probe fails, then binary-search between the last success and the failed k; the
-victims a successful probe used (evicted or moved) become the *recorded victims* that
-later probes start from.  A final probe at k = n follows, from the recorded victims of
-the last success (unless the whole job already failed from the very same ones, or the
-last success was at k = n and used every victim it simulated: the final probe would
-simulate the same scenario again).  When every generator failed, each whose final
+victim groups a successful probe used become the *recorded victims* that later probes
+start from.  As in KAI-Scheduler, a group (a batch of one victim job's pods taken
+together, or a group recorded earlier) is recorded whole if the probe evicted or moved
+any of its pods, and dropped if it put them all back.  A final probe at k = n follows,
+from the recorded victims of the last success (unless the whole job already failed
+from the very same ones, or the last success was at k = n and recorded every victim it
+simulated: the final probe would simulate the same scenario again).  When every generator failed, each whose final
 probe failed from recorded victims probes k = n once more from none (a set that places
 the whole job may leave out victims the smaller probes needed).  Only a successful
 probe at k = n is kept; the others are rolled back.  Scenarios that failed are
@@ -62,6 +64,16 @@ class SolveResult:
 class _Probe:
     sim: Simulation | None
     reason: str
+    scenario: Scenario | None = None  # the scenario ``sim`` solved
+
+
+#: Recorded victims as the groups they were taken in (a victim batch, or a group an
+#: earlier probe recorded): a group any of whose tasks a probe used is kept whole.
+Recorded = list[list[Task]]
+
+
+def flatten(recorded: Recorded) -> list[Task]:
+    return list(dict.fromkeys(t for group in recorded for t in group))
 
 
 def feasible_nodes(ssn: Session, tasks: list[Task]) -> np.ndarray:
@@ -144,13 +156,13 @@ class JobSolver:
         job_budget: JobBudget,
     ) -> SolveResult:
         n = len(tasks)
-        recorded: list[Task] = []
+        recorded: Recorded = []
 
         def probe(k: int) -> _Probe:
             return self._probe(
                 job,
                 tasks[:k],
-                recorded,
+                flatten(recorded),
                 name,
                 gen,
                 victims,
@@ -180,9 +192,10 @@ class JobSolver:
                 return self._stopped(job_budget)
             if got.sim is None:
                 break
-            if k == n and not got.sim.put_back:
-                return self._solved(got.sim, job_budget)
-            best, recorded = k, self._used(got.sim)
+            used = self._used(got, recorded)
+            if k == n and self._same_victims(got, used):
+                return self._solved(got.sim, job_budget)  # the final probe would repeat it
+            best, recorded = k, used
             if k == n:
                 assert got.sim.statement is not None
                 got.sim.statement.discard()  # probed again from the victims it used
@@ -201,7 +214,7 @@ class JobSolver:
             if got.sim is None:
                 worst = mid
             else:
-                best, recorded = mid, self._used(got.sim)
+                best, recorded = mid, self._used(got, recorded)
         # Unless the whole job already failed from these very recorded victims.
         return finish(k == n and best == last)
 
@@ -229,10 +242,22 @@ class JobSolver:
         )
 
     @staticmethod
-    def _used(sim: Simulation) -> list[Task]:
-        """The victims a successful probe used (evicted or moved): victims of earlier
-        probes that it put back are no longer recorded."""
-        return [*(sim.preempted or []), *(sim.moved or [])]
+    def _used(got: _Probe, recorded: Recorded) -> Recorded:
+        """The victim groups a successful probe used, as KAI records them: each recorded
+        group and each batch of its scenario of which it evicted or moved any task, whole
+        (a task of such a group it put back is evicted again by the next probe); groups
+        it put back entirely are no longer recorded."""
+        sim, scenario = got.sim, got.scenario
+        assert sim is not None and scenario is not None
+        used = {*(sim.preempted or ()), *(sim.moved or ())}
+        groups = [*recorded, *(batch.tasks for batch in scenario.batches)]
+        return [group for group in groups if not used.isdisjoint(group)]
+
+    @staticmethod
+    def _same_victims(got: _Probe, used: Recorded) -> bool:
+        """Whether a probe from the ``used`` victims alone simulates ``got``'s scenario."""
+        assert got.scenario is not None
+        return set(flatten(used)) == set(got.scenario.victim_tasks())
 
     def _probe(
         self,
@@ -276,7 +301,7 @@ class JobSolver:
             if not keep:
                 assert sim.statement is not None
                 sim.statement.discard()
-            return _Probe(sim, SOLVED)
+            return _Probe(sim, SOLVED, scenario)
         return _Probe(None, GENERATORS_EXHAUSTED)
 
 
