@@ -96,6 +96,37 @@ def test_pipeline_back_onto_the_same_node_unevicts():
     assert stmt.commit() == []  # an eviction undone in the statement never leaves it
 
 
+def test_a_moved_pod_evicted_again_and_put_back_where_it_runs_returns_where_it_was_moved():
+    ssn = session(
+        [node("n1", gpus=2), node("n2", gpus=2), queue("q"), pod("b", gpus=1, queue="q", node="n1")]
+    )
+    nodes = ssn.nodes
+    b = ssn.jobs["default/b"].tasks[0]
+    first = ssn.statement()
+    first.evict(b, "move")
+    first.pipeline(b, 1)  # moved to n2; its place on n1 stays releasing
+    first.commit()
+    idle, releasing = nodes.idle.copy(), nodes.releasing.copy()
+    again = ssn.statement()
+    again.evict(b, "move again")  # undoes the move: releasing on n1, n2's place held
+    assert b.status is TaskStatus.RELEASING and b.node == 0
+    cp = again.checkpoint()
+    again.pipeline(b, 0)  # back where it runs: the eviction is undone, not a new move
+    assert b.status is TaskStatus.PIPELINED and b.node == 1
+    np.testing.assert_array_equal(nodes.idle, idle)
+    np.testing.assert_array_equal(nodes.releasing, releasing)
+    again.rollback(cp)  # rolling back past it evicts the pod again
+    assert b.status is TaskStatus.RELEASING and b.node == 0
+    again.discard()
+    assert b.status is TaskStatus.PIPELINED and b.node == 1
+    np.testing.assert_array_equal(nodes.idle, idle)
+    np.testing.assert_array_equal(nodes.releasing, releasing)
+    again = ssn.statement()
+    again.evict(b, "move again")
+    again.pipeline(b, 0)
+    assert again.commit() == []  # nothing changed
+
+
 def test_order_functions_chain_and_first_decisive_wins():
     ssn = session([node("n1"), queue("q")])
     calls = []

@@ -234,3 +234,26 @@ def test_a_probe_records_a_victim_group_whole() -> None:
         "j02-0": ("Pipelined", "node4"),
         "j02-1": ("Running", "node5"),
     }
+
+
+def test_a_moved_victim_put_back_on_its_own_node_returns_where_it_was_moved() -> None:
+    # Reclaim for j01 moves j02 from node3 to node2. Reclaim for j06 evicts j02 again and
+    # re-places it on node3, where it runs: as in KAI, that undoes the new eviction, and
+    # j02 stays pipelined on node2 while j06 takes node3.
+    nodes = {"node1": 1, "node2": 2, "node3": 4}
+    queues = [
+        leaf("q1", 5, -1, 1, "default", 0),
+        leaf("q2", 0, -1, 1, "default", 1),
+        leaf("q3", 9, -1, 1, "default", 2),
+    ]
+    jobs = [
+        J("j06", "q1", [T("Pending")], gpus=1, priority=50),
+        J("j01", "q3", [T("Pending")], gpus=1, priority=50),
+        J("j02", "q2", [T("Running", "node3")], gpus=2, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["reclaim"])
+    assert statuses(result) == {
+        "j01-0": ("Pipelined", "node1"),
+        "j02-0": ("Pipelined", "node2"),
+        "j06-0": ("Pipelined", "node3"),
+    }

@@ -13,7 +13,9 @@ victim (bound, evicted and pipelined elsewhere earlier in the session) returns t
 releasing on its own node, evicted once.  No second eviction leaves the session.  The
 place the undone placement held stays releasing for the rest of the session, as
 KAI-Scheduler keeps it: one pod's worth may be pipelined onto it, nothing bound.  If
-the same pod is placed on that node again, it takes its place back.
+the same pod is placed on that node again, it takes its place back; a moved victim
+evicted again and put back on the node it runs on returns instead to where it had
+been moved (KAI-Scheduler un-evicts it), unless that node can no longer hold it.
 
 A moved victim's old place stays releasing for the rest of the session (its pod runs
 there until it terminates): pods may be pipelined onto it, never bound.  (Whole-GPU
@@ -25,8 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from kai.api.model import ON_NODE as _ON_NODE
 from kai.api.model import Holdable, Task, TaskStatus
+from kai.backends import EPS
 from kai.framework.session import Decision
 from kai.snapshot.builder import gpu_group_of
 
@@ -106,7 +111,43 @@ class Statement:
         ):
             self.unevict(task)
             return
+        if (
+            task.status is TaskStatus.RELEASING
+            and task.node == node
+            and not task.is_shared_gpu
+            and self._restore_moved(task)
+        ):
+            return
         self._place(task, node, gpu_group, TaskStatus.PIPELINED, "pipeline")
+
+    def _restore_moved(self, task: Task) -> bool:
+        """A moved victim this statement evicted again, pipelined back onto the node it
+        runs on, returns instead to where an earlier statement had moved it, as
+        KAI-Scheduler un-evicts it: the eviction is undone.  Not when that node can no
+        longer hold it (KAI-Scheduler over-commits it then; kai places the pod anew).
+        Recorded as an ``unevict`` op so that a rollback past it evicts it again."""
+        ops = (o for o in reversed(self.ops) if o.task is task and o.kind == "unplace")
+        op = next((o for o in ops if not o.undone), None)
+        if op is None or op.prev_status is not TaskStatus.PIPELINED or op.prev_node < 0:
+            return False
+        self._undo(op)
+        nodes = self.ssn.nodes
+        if np.any(nodes.idle[op.prev_node] + nodes.releasing[op.prev_node] < -EPS):
+            self._apply_unplace(op)
+            return False
+        op.undone = True
+        self.ops.append(
+            _Op(
+                "unevict",
+                task,
+                task.status,
+                task.node,
+                task.gpu_group,
+                task.virtually_evicted,
+                ref=op,
+            )
+        )
+        return True
 
     def _own_device(self, task: Task, gpu_group: str | None) -> bool:
         """Whether placing ``task`` on ``gpu_group`` of its node puts it back on its own
@@ -168,7 +209,10 @@ class Statement:
 
     def _unplace(self, task: Task, reason: str) -> None:
         """Undo this session's placement of a task instead of evicting it."""
-        op = self._record("unplace", task, reason)
+        self._apply_unplace(self._record("unplace", task, reason))
+
+    def _apply_unplace(self, op: _Op) -> None:
+        task = op.task
         self._detach(task)
         nodes = self.ssn.nodes
         if task.node >= 0 and not task.is_shared_gpu:
@@ -236,6 +280,10 @@ class Statement:
 
     def _undo(self, op: _Op) -> None:
         task = op.task
+        if op.kind == "unevict" and op.ref is not None and op.ref.kind == "unplace":
+            op.ref.undone = False
+            self._apply_unplace(op.ref)
+            return
         if op.kind == "unevict":
             assert op.ref is not None
             op.ref.undone = False
@@ -294,7 +342,7 @@ class Statement:
         nodes = ssn.nodes
         for op in self.ops:
             task = op.task
-            if op.kind == "unevict" or (op.kind == "evict" and op.undone):
+            if op.kind == "unevict" or (op.kind in ("evict", "unplace") and op.undone):
                 continue
             if op.kind == "unplace":
                 # Withdraw the placement this session made; no eviction reaches the cluster.
