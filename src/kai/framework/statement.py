@@ -24,6 +24,7 @@ pods; a fractional pod's device share is freed at once.)
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,11 @@ from kai.snapshot.builder import gpu_group_of
 
 if TYPE_CHECKING:
     from kai.framework.session import Session
+
+log = logging.getLogger(__name__)
+
+#: ``extra`` of the debug record logged where kai declines a KAI-Scheduler over-commit.
+DECLINED_OVERCOMMIT = {"kai_declined": "overcommit"}
 
 
 # Statuses only a session gives: the snapshot has none of them.
@@ -134,6 +140,12 @@ class Statement:
         nodes = self.ssn.nodes
         if np.any(nodes.idle[op.prev_node] + nodes.releasing[op.prev_node] < -EPS):
             self._apply_unplace(op)
+            log.debug(
+                "%s is not returned to %s, which can no longer hold it",
+                task.key,
+                nodes.names[op.prev_node],
+                extra=DECLINED_OVERCOMMIT,
+            )
             return False
         op.undone = True
         self.ops.append(

@@ -9,9 +9,10 @@ together, or a group recorded earlier) is recorded whole if the probe evicted or
 any of its pods, and dropped if it put them all back.  A final probe at k = n follows,
 from the recorded victims of the last success (unless the whole job already failed
 from the very same ones, or the last success was at k = n and recorded every victim it
-simulated: the final probe would simulate the same scenario again).  When every generator failed, each whose final
-probe failed from recorded victims probes k = n once more from none (a set that places
-the whole job may leave out victims the smaller probes needed).  Only a successful
+simulated: the final probe would simulate the same scenario again).  When every
+generator failed, each whose final probe failed from recorded victims probes k = n once
+more from none (a set that places the whole job may leave out victims the smaller
+probes needed; KAI-Scheduler has no such last probe).  Only a successful
 probe at k = n is kept; the others are rolled back.  Scenarios that failed are
 fingerprinted and never simulated twice for the same job.
 """
