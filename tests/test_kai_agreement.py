@@ -257,3 +257,37 @@ def test_a_moved_victim_put_back_on_its_own_node_returns_where_it_was_moved() ->
         "j02-0": ("Pipelined", "node2"),
         "j06-0": ("Pipelined", "node3"),
     }
+
+
+def test_a_pod_bound_in_the_session_evicted_and_put_back_stays_binding() -> None:
+    # Allocate binds j03-1 on node0. Consolidating for j08 evicts the gang j03 and puts
+    # j03-1 back on node0: as in KAI, that undoes its eviction (it stays binding there)
+    # while j03-0 moves from node2 to node0 and j08-1 takes node2.
+    nodes = {"node0": 8, "node1": 8, "node2": 8}
+    departments = [dept("d0", 24, -1, 0)]
+    queues = [
+        leaf("q0", 0, -1, 1, "d0", 0),
+        leaf("q1", 0, -1, 1, "d0", 1),
+    ]
+    jobs = [
+        J("j02", "q0", [T("Running", "node0")], gpus=1, priority=100),
+        J("j11", "q0", [T("Running", "node1")], gpus=1, priority=100),
+        J("j09", "q0", [T("Running", "node2")], gpus=4, priority=50),
+        J("j08", "q0", [T("Running", "node1"), T("Pending")], gpus=4, priority=50),
+        J("j03", "q1", [T("Running", "node2"), T("Pending")], gpus=1, priority=50),
+        J("j01", "q0", [T("Running", "node0")], gpus=4, priority=50),
+    ]
+    result = run(
+        build(nodes, queues, jobs, departments=departments),
+        ["allocate", "consolidation", "reclaim", "preempt"],
+    )
+    assert statuses(result) == {
+        "j01-0": ("Running", "node0"),
+        "j02-0": ("Running", "node0"),
+        "j03-0": ("Pipelined", "node0"),
+        "j03-1": ("Binding", "node0"),
+        "j08-0": ("Running", "node1"),
+        "j08-1": ("Pipelined", "node2"),
+        "j09-0": ("Running", "node2"),
+        "j11-0": ("Running", "node1"),
+    }

@@ -47,6 +47,7 @@ DECLINED_OVERCOMMIT = {"kai_declined": "overcommit"}
 
 # Statuses only a session gives: the snapshot has none of them.
 _PLACED_BY_SESSION = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING})
+_BOUND_BY_SESSION = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING})
 
 
 @dataclass
@@ -117,33 +118,36 @@ class Statement:
         ):
             self.unevict(task)
             return
-        if (
-            task.status is TaskStatus.RELEASING
-            and task.node == node
-            and not task.is_shared_gpu
-            and self._restore_moved(task)
-        ):
+        if not task.is_shared_gpu and self._restore_unplaced(task, node):
             return
         self._place(task, node, gpu_group, TaskStatus.PIPELINED, "pipeline")
 
-    def _restore_moved(self, task: Task) -> bool:
-        """A moved victim this statement evicted again, pipelined back onto the node it
-        runs on, returns instead to where an earlier statement had moved it, as
-        KAI-Scheduler un-evicts it: the eviction is undone.  Not when that node can no
-        longer hold it (KAI-Scheduler over-commits it then; kai places the pod anew).
-        Recorded as an ``unevict`` op so that a rollback past it evicts it again."""
+    def _restore_unplaced(self, task: Task, node: int) -> bool:
+        """A pod placed earlier in the session that this statement evicted again, put
+        back where KAI-Scheduler still has a record of it (the node it was placed on, or,
+        for a moved victim, the node it runs on), is un-evicted as KAI-Scheduler does:
+        the eviction is undone and the earlier placement stands (binding stays binding).
+        Not when that node can no longer hold it (KAI-Scheduler over-commits it then;
+        kai places the pod anew).  Recorded as an ``unevict`` op so that a rollback past
+        it evicts the pod again."""
         ops = (o for o in reversed(self.ops) if o.task is task and o.kind == "unplace")
         op = next((o for o in ops if not o.undone), None)
-        if op is None or op.prev_status is not TaskStatus.PIPELINED or op.prev_node < 0:
+        if op is None or op.prev_node < 0:
+            return False
+        runs_here = task.status is TaskStatus.RELEASING and task.node == node
+        if node != op.prev_node and not (runs_here and op.prev_status is TaskStatus.PIPELINED):
             return False
         self._undo(op)
-        nodes = self.ssn.nodes
-        if np.any(nodes.idle[op.prev_node] + nodes.releasing[op.prev_node] < -EPS):
+        nodes, back = self.ssn.nodes, op.prev_node
+        over = nodes.idle[back] + nodes.releasing[back] < -EPS
+        if task.status in _BOUND_BY_SESSION:
+            over |= nodes.idle[back] < -EPS  # a binding pod holds idle capacity
+        if np.any(over):
             self._apply_unplace(op)
             log.debug(
                 "%s is not returned to %s, which can no longer hold it",
                 task.key,
-                nodes.names[op.prev_node],
+                nodes.names[back],
                 extra=DECLINED_OVERCOMMIT,
             )
             return False
