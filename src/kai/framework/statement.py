@@ -13,9 +13,10 @@ victim (bound, evicted and pipelined elsewhere earlier in the session) returns t
 releasing on its own node, evicted once.  No second eviction leaves the session.  The
 place the undone placement held stays releasing for the rest of the session, as
 KAI-Scheduler keeps it: one pod's worth may be pipelined onto it, nothing bound.  If
-the same pod is placed on that node again, it takes its place back; a moved victim
-evicted again and put back on the node it runs on returns instead to where it had
-been moved (KAI-Scheduler un-evicts it), unless that node can no longer hold it.
+the same pod is placed on that node again, it takes its place back.  Within one
+statement, a pod evicted again and put back where it was placed (or, for a moved
+victim, on the node it runs on) is un-evicted as KAI-Scheduler does: its earlier
+placement stands, unless that node can no longer hold it.
 
 A moved victim's old place stays releasing for the rest of the session (its pod runs
 there until it terminates): pods may be pipelined onto it, never bound.  (Whole-GPU
