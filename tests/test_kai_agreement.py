@@ -291,3 +291,30 @@ def test_a_pod_bound_in_the_session_evicted_and_put_back_stays_binding() -> None
         "j09-0": ("Running", "node2"),
         "j11-0": ("Running", "node1"),
     }
+
+
+def test_a_pod_put_back_where_an_earlier_placement_of_it_was_is_un_evicted() -> None:
+    # j03 is moved three times: node2 -> node5 (for j04), node5 -> node6 (for j14), and
+    # for j10 it is evicted from node6 and put on node5, a place it left earlier in the
+    # session. KAI still holds it there, so the eviction is undone: j03 stays on node6.
+    nodes = {"node2": 8, "node4": 2, "node5": 4, "node6": 4}
+    departments = [dept("d0", 36, -1, 0), dept("d1", 9, -1, 1)]
+    queues = [
+        leaf("q0", 0, -1, 1, "d1", 0),
+        leaf("q1", 0, -1, 1, "d0", 1),
+    ]
+    jobs = [
+        J("j14", "q1", [T("Pending")], gpus=1, priority=50),
+        J("j12", "q1", [T("Running", "node2")], gpus=1, priority=50),
+        J("j03", "q1", [T("Running", "node2")], gpus=4, priority=50),
+        J("j04", "q0", [T("Pending")], gpus=1, priority=50),
+        J("j10", "q1", [T("Pending")], gpus=1, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs, departments=departments), ["consolidation"])
+    assert statuses(result) == {
+        "j03-0": ("Pipelined", "node6"),
+        "j04-0": ("Pipelined", "node4"),
+        "j10-0": ("Pipelined", "node2"),
+        "j12-0": ("Running", "node2"),
+        "j14-0": ("Pipelined", "node4"),
+    }

@@ -322,6 +322,17 @@ class Holdable(Protocol):
     request: np.ndarray
 
 
+@dataclass(slots=True, eq=False)
+class VacatedPlace:
+    """The place on ``node`` a task placed by the session left when it was evicted
+    again: it stays releasing for the rest of the session, as KAI-Scheduler keeps it,
+    unless the task is placed on that node again and takes its place back
+    (kai.framework.statement)."""
+
+    request: np.ndarray
+    node: int
+
+
 def queue_path(queues: Mapping[str, _Parented], leaf: str | None) -> list[str]:
     """Root-to-leaf queue names ending with ``leaf`` (empty for an unknown queue).
 
@@ -440,9 +451,8 @@ class NodeTable:
         # Moved victims (evicted, then placed on another node in this session) -> the
         # node they still run on, whose capacity they hold as releasing until they go.
         self.held: dict[Holdable, int] = {}
-        # The latest place each task left when the session undid its placement there
-        # (kai.framework.statement): (node, the hold keeping it releasing).
-        self.vacated: dict[Task, tuple[int, Holdable]] = {}
+        # The places each task left when the session undid its placements (held).
+        self.vacated: dict[Task, list[VacatedPlace]] = {}
 
     def __len__(self) -> int:
         return len(self.names)

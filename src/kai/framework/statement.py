@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kai.api.model import ON_NODE as _ON_NODE
-from kai.api.model import Holdable, Task, TaskStatus
+from kai.api.model import Task, TaskStatus, VacatedPlace
 from kai.backends import EPS
 from kai.framework.session import Decision
 from kai.snapshot.builder import gpu_group_of
@@ -65,23 +65,10 @@ class _Op:
     ref: _Op | None = None
     # The node where this op made (place) or dropped (unplace) a moved victim's hold.
     held: int = -1
-    # unplace: the hold that keeps the place it vacated releasing, and the task's
-    # vacated place it replaced (NodeTable.vacated) for the undo.
-    vacated: _Vacated | None = None
-    prev_vacated: tuple[int, Holdable] | None = None
-    # allocate/pipeline: the task's vacated place it took back (same node).
-    retaken: tuple[int, Holdable] | None = None
-
-
-class _Vacated:
-    """The place a task placed by this session left when it was evicted again: it stays
-    releasing for the rest of the session, as KAI-Scheduler keeps it, unless the task
-    is placed on that node again and takes its place back."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, task: Task) -> None:
-        self.request = task.request
+    # unplace: the place it vacated (kept releasing, in NodeTable.vacated).
+    vacated: VacatedPlace | None = None
+    # allocate/pipeline: the task's vacated place it took back, and its index there.
+    retaken: tuple[int, VacatedPlace] | None = None
 
 
 class Statement:
@@ -125,8 +112,9 @@ class Statement:
 
     def _restore_unplaced(self, task: Task, node: int) -> bool:
         """A pod placed earlier in the session that this statement evicted again, put
-        back where KAI-Scheduler still has a record of it (the node it was placed on, or,
-        for a moved victim, the node it runs on), is un-evicted as KAI-Scheduler does:
+        back where KAI-Scheduler still has a record of it (the node it was placed on, one
+        an earlier placement of it left, or, for a moved victim, the node it runs on), is
+        un-evicted as KAI-Scheduler does:
         the eviction is undone and the earlier placement stands (binding stays binding).
         Not when that node can no longer hold it (KAI-Scheduler over-commits it then;
         kai places the pod anew).  Recorded as an ``unevict`` op so that a rollback past
@@ -135,8 +123,10 @@ class Statement:
         op = next((o for o in ops if not o.undone), None)
         if op is None or op.prev_node < 0:
             return False
-        runs_here = task.status is TaskStatus.RELEASING and task.node == node
-        if node != op.prev_node and not (runs_here and op.prev_status is TaskStatus.PIPELINED):
+        records = {op.prev_node, *(place.node for place in self.ssn.nodes.vacated.get(task, ()))}
+        if task.status is TaskStatus.RELEASING and op.prev_status is TaskStatus.PIPELINED:
+            records.add(task.node)  # a moved victim: where it runs
+        if node not in records:
             return False
         self._undo(op)
         nodes, back = self.ssn.nodes, op.prev_node
@@ -197,12 +187,13 @@ class Statement:
             # Its pod still runs there: the old place stays releasing until it goes.
             nodes.hold(task, old)
             op.held = old
-        vacated = nodes.vacated.get(task)
-        if vacated is not None and vacated[0] == node:
+        places = nodes.vacated.get(task, [])
+        at = next((i for i in reversed(range(len(places))) if places[i].node == node), -1)
+        if at >= 0:
             # Back where an undone placement of it was: it takes that place back.
-            nodes.unhold(vacated[1])
-            del nodes.vacated[task]
-            op.retaken = vacated
+            place = places.pop(at)
+            nodes.unhold(place)
+            op.retaken = (at, place)
         task.status = status
         task.node = node
         if task.is_shared_gpu:
@@ -233,10 +224,9 @@ class Statement:
         self._detach(task)
         nodes = self.ssn.nodes
         if task.node >= 0 and not task.is_shared_gpu:
-            op.vacated = _Vacated(task)
+            op.vacated = VacatedPlace(task.request, task.node)
             nodes.hold(op.vacated, task.node)
-            op.prev_vacated = nodes.vacated.get(task)
-            nodes.vacated[task] = (task.node, op.vacated)
+            nodes.vacated.setdefault(task, []).append(op.vacated)
         if task in nodes.held:
             op.held = nodes.unhold(task)  # releasing on its own node again, as itself
         if task.pod.node_name:
@@ -314,13 +304,11 @@ class Statement:
         nodes = self.ssn.nodes
         if op.vacated is not None:
             nodes.unhold(op.vacated)
-            if op.prev_vacated is None:
-                del nodes.vacated[task]
-            else:
-                nodes.vacated[task] = op.prev_vacated
+            nodes.vacated[task].remove(op.vacated)
         if op.retaken is not None:
-            nodes.hold(op.retaken[1], op.retaken[0])
-            nodes.vacated[task] = op.retaken
+            at, place = op.retaken
+            nodes.hold(place, place.node)
+            nodes.vacated.setdefault(task, []).insert(at, place)
         if op.held >= 0:
             if op.kind == "unplace":
                 self.ssn.nodes.hold(task, op.held)
