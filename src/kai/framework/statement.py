@@ -106,8 +106,8 @@ class Statement:
         ):
             self.unevict(task)
             return
-        if not task.is_shared_gpu and self._restore_unplaced(task, node):
-            return
+        if task in self.ssn.nodes.vacated and self._restore_unplaced(task, node):
+            return  # (only a task whose placement was undone has vacated places)
         self._place(task, node, gpu_group, TaskStatus.PIPELINED, "pipeline")
 
     def _restore_unplaced(self, task: Task, node: int) -> bool:
@@ -192,6 +192,8 @@ class Statement:
         if at >= 0:
             # Back where an undone placement of it was: it takes that place back.
             place = places.pop(at)
+            if not places:
+                del nodes.vacated[task]
             nodes.unhold(place)
             op.retaken = (at, place)
         task.status = status
@@ -304,7 +306,10 @@ class Statement:
         nodes = self.ssn.nodes
         if op.vacated is not None:
             nodes.unhold(op.vacated)
-            nodes.vacated[task].remove(op.vacated)
+            places = nodes.vacated[task]
+            places.remove(op.vacated)
+            if not places:
+                del nodes.vacated[task]
         if op.retaken is not None:
             at, place = op.retaken
             nodes.hold(place, place.node)
