@@ -142,18 +142,7 @@ class Statement:
                 extra=DECLINED_OVERCOMMIT,
             )
             return False
-        op.undone = True
-        self.ops.append(
-            _Op(
-                "unevict",
-                task,
-                task.status,
-                task.node,
-                task.gpu_group,
-                task.virtually_evicted,
-                ref=op,
-            )
-        )
+        self._mark_unevicted(op)
         return True
 
     def _own_device(self, task: Task, gpu_group: str | None) -> bool:
@@ -256,6 +245,11 @@ class Statement:
         if op is None:
             raise ValueError(f"{task.key} was not evicted by this statement")
         self._undo(op)
+        self._mark_unevicted(op)
+
+    def _mark_unevicted(self, op: _Op) -> None:
+        """Record that ``op`` (an eviction, just undone) is undone by an ``unevict`` op."""
+        task = op.task
         op.undone = True
         self.ops.append(
             _Op(
