@@ -127,6 +127,36 @@ def test_a_moved_pod_evicted_again_and_put_back_where_it_runs_returns_where_it_w
     assert again.commit() == []  # nothing changed
 
 
+def test_release_holds_frees_moved_and_vacated_places():
+    # A state that outlives a session (kai replay) frees the places held releasing before
+    # the next one: a moved victim's old place and the place an undone placement left.
+    ssn = session(
+        [
+            node("n1", gpus=2),
+            node("n2", gpus=2),
+            node("n3", gpus=2),
+            queue("q"),
+            pod("b", gpus=1, queue="q", node="n1"),
+        ]
+    )
+    nodes = ssn.nodes
+    b = ssn.jobs["default/b"].tasks[0]
+    first = ssn.statement()
+    first.evict(b, "move")
+    first.pipeline(b, 1)  # n1 held for b
+    first.commit()
+    again = ssn.statement()
+    again.evict(b, "move again")  # n2 vacated
+    again.pipeline(b, 2)
+    again.commit()
+    assert nodes.held and nodes.vacated
+    nodes.release_holds()
+    assert not nodes.held and not nodes.vacated
+    gpu = 2
+    assert nodes.releasing[:, gpu].tolist() == [0.0, 0.0, -1.0]  # b pipelined on n3
+    assert nodes.idle[:, gpu].tolist() == [2.0, 2.0, 2.0]
+
+
 def test_order_functions_chain_and_first_decisive_wins():
     ssn = session([node("n1"), queue("q")])
     calls = []

@@ -533,6 +533,13 @@ class NodeTable:
         self.idle[node] -= r
         self.held[task] = node
 
+    def release_holds(self) -> None:
+        """Free every place held releasing (moved victims' old places and vacated places):
+        their pods are gone by the next session of a state that outlives one."""
+        for held in list(self.held):
+            self.unhold(held)
+        self.vacated.clear()
+
     def unhold(self, task: Holdable) -> int:
         """Undo :meth:`hold`; the node it was held on."""
         node = self.held.pop(task)

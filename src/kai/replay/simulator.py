@@ -441,11 +441,8 @@ class Replay:
                 evicted_pods[key] = evicted_pods.get(key, 0) + 1
         nodes = self.state.nodes
         # Victims moved to another node hold their old place until their pod is gone,
-        # which it is by the next period.
-        held = getattr(nodes, "held", None)
-        if held:
-            for task in list(held):
-                nodes.unhold(task)
+        # which it is by the next period; so are the places undone placements left.
+        nodes.release_holds()
         for key, job in touched.items():
             record = self.records.get(key)
             for task in job.tasks:
