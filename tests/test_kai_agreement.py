@@ -318,3 +318,54 @@ def test_a_pod_put_back_where_an_earlier_placement_of_it_was_is_un_evicted() -> 
         "j12-0": ("Running", "node2"),
         "j14-0": ("Pipelined", "node4"),
     }
+
+
+def test_node_local_scenarios_take_every_batch_of_a_victim_job_on_the_node() -> None:
+    # Reclaiming for j02-2, the node-local scenarios follow the nodes of the latest
+    # victim's whole job and, on each node, take every batch of each job with a victim
+    # there (KAI's NodeLocalGreedy): node0's scenario holds j01's batch on node1 too, so
+    # j01-0 and j01-1 move and j01-2 is the one evicted.
+    nodes = {"node0": 4, "node1": 4, "node2": 4}
+    queues = [leaf("q0", 6, -1, 1, "default", 0), leaf("q1", 5, -1, 1, "default", 1)]
+    jobs = [
+        J("j12", "q1", [T("Pending")], gpus=1, priority=50),
+        J(
+            "j01",
+            "q1",
+            [T("Running", "node2"), T("Running", "node0"), T("Running", "node1")],
+            gpus=1,
+            priority=50,
+            min_member=2,
+        ),
+        J("j08", "q0", [T("Pending") for _ in range(4)], gpus=1, priority=50),
+        J(
+            "j02",
+            "q0",
+            [T("Running", "node2"), T("Running", "node2"), T("Pending")],
+            gpus=1,
+            priority=50,
+            min_member=2,
+        ),
+        J("j04", "q1", [T("Running", "node1")], gpus=1, priority=50),
+        J("j05", "q0", [T("Pending") for _ in range(3)], gpus=1, priority=50),
+        J("j10", "q1", [T("Pending")], gpus=1, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["allocate", "consolidation", "reclaim", "preempt"])
+    assert statuses(result) == {
+        "j01-0": ("Pipelined", "node0"),
+        "j01-1": ("Pipelined", "node1"),
+        "j01-2": ("Releasing", "node1"),
+        "j02-0": ("Running", "node2"),
+        "j02-1": ("Running", "node2"),
+        "j02-2": ("Pipelined", "node2"),
+        "j04-0": ("Running", "node1"),
+        "j05-0": ("Pending", None),
+        "j05-1": ("Pending", None),
+        "j05-2": ("Pending", None),
+        "j08-0": ("Binding", "node2"),
+        "j08-1": ("Binding", "node1"),
+        "j08-2": ("Binding", "node1"),
+        "j08-3": ("Binding", "node0"),
+        "j10-0": ("Binding", "node0"),
+        "j12-0": ("Binding", "node0"),
+    }

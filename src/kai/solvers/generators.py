@@ -46,20 +46,43 @@ def node_local_greedy(
     candidates: list[Job],
     feasible: np.ndarray,
 ) -> Iterator[Scenario]:
+    # As KAI-Scheduler's NodeLocalGreedy: for each node of the latest victim's job (all
+    # its placed pods, not only its latest batch), the batches of every job with a
+    # batch on that node.
     seen: set[frozenset[int]] = set()
     names = ssn.nodes.names
+    by_job: dict[Job, list[int]] = {}  # batch indices of each job, kept up to date
+    indexed = 0
     for state in accumulate(ssn, candidates, pending, recorded):
-        if not state.batches:
+        batches = state.batches
+        if not batches:
             yield Scenario(preemptor, pending, recorded, [])
             continue
-        latest = state.batches[-1]
-        for node in sorted(latest.nodes, key=lambda i: names[i]):
-            indices = state.victim_nodes.get(node, [])
+        if len(batches) < indexed:  # a new accumulation
+            by_job, indexed = {}, 0
+        for i in range(indexed, len(batches)):
+            by_job.setdefault(batches[i].job, []).append(i)
+        indexed = len(batches)
+        latest = batches[-1]
+        tasks = latest.job.tasks
+        job_nodes = {t.node for t in tasks if t.node >= 0} if len(tasks) > 1 else latest.nodes
+        for node in sorted(job_nodes, key=lambda i: names[i]):
+            on_node = state.victim_nodes.get(node)
+            if not on_node:
+                continue
+            jobs: set[Job] = set()
+            indices: list[int] = []
+            for i in on_node:
+                job = batches[i].job
+                if job not in jobs:
+                    jobs.add(job)
+                    indices += by_job[job]
+            indices.sort()
             key = frozenset(indices)
             if key in seen:
                 continue
             seen.add(key)
-            yield _scenario(state, preemptor, pending, list(indices))
+            yield _scenario(state, preemptor, pending, indices)
 
 
 def multi_node_gang(
