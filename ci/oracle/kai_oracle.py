@@ -263,20 +263,22 @@ def manifests(cluster: Cluster) -> list[dict[str, Any]]:
     return objs
 
 
-def run_kai(cluster: Cluster, actions: list[str], declined: list[str] | None = None) -> Outcome:
-    """kai's end state of every pod; ``declined`` receives the KAI-Scheduler defects kai
-    declined to copy in the session (the ``kai_declined`` debug records)."""
+def run_kai(cluster: Cluster, actions: list[str], differs: list[str] | None = None) -> Outcome:
+    """kai's end state of every pod; ``differs`` receives where kai decided differently
+    from KAI-Scheduler on purpose in the session (the ``kai_differs`` debug records:
+    ``overcommit``, where it declined KAI's over-commit, and ``last_probe``, where its
+    last probe of a whole job found victims KAI's solver does not look for)."""
     import logging
 
     import kai
 
-    class Declined(logging.Handler):
+    class Differs(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if declined is not None and hasattr(record, "kai_declined"):
-                declined.append(record.kai_declined)
+            if differs is not None and hasattr(record, "kai_differs"):
+                differs.append(record.kai_differs)
 
-    logger = logging.getLogger("kai.framework.statement")
-    handler, level = Declined(logging.DEBUG), logger.level
+    logger = logging.getLogger("kai")
+    handler, level = Differs(logging.DEBUG), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
@@ -428,16 +430,18 @@ def compare(
                 print(f"{key}: oracle error: {error}", file=sys.stderr)
                 continue
             tally.total += 1
-            declined: list[str] = []
-            ours = run_kai(inputs[key], ACTION_SETS[name], declined)
+            differs: list[str] = []
+            ours = run_kai(inputs[key], ACTION_SETS[name], differs)
             theirs = outcomes[0]
             diff = differences(ours, theirs)
             if not diff or ours in outcomes:
                 tally.agree += 1
             elif any(o != theirs for o in outcomes):
                 tally.unsettled.append(key)
-            elif overcommitted(inputs[key], theirs) or "overcommit" in declined:
+            elif overcommitted(inputs[key], theirs) or "overcommit" in differs:
                 tally.overcommit.append(key)
+            elif "last_probe" in differs:
+                tally.last_probe.append(key)
             elif reported_elsewhere(inputs[key], ours, theirs):
                 tally.reported_elsewhere.append(key)
             else:
@@ -459,6 +463,7 @@ class Tally:
     total: int = 0
     overcommit: list[str] = dataclasses.field(default_factory=list)
     unsettled: list[str] = dataclasses.field(default_factory=list)  # oracle runs differ
+    last_probe: list[str] = dataclasses.field(default_factory=list)  # kai's last probe
     reported_elsewhere: list[str] = dataclasses.field(default_factory=list)
     disagree: list[str] = dataclasses.field(default_factory=list)
 
@@ -539,11 +544,12 @@ def minimize(
     start = oracle.run({"start": cluster})["start"]
     # A disagreement a documented KAI-Scheduler defect explains shrinks only to another
     # one; any other shrinks only to another that none explains.
-    declined: list[str] = []
-    ours = run_kai(cluster, actions, declined)
+    differs: list[str] = []
+    ours = run_kai(cluster, actions, differs)
     keep_overcommit = not isinstance(start, str) and (
         bool(overcommitted(cluster, start))
-        or "overcommit" in declined
+        or "overcommit" in differs
+        or "last_probe" in differs
         or reported_elsewhere(cluster, ours, start)
     )
     rounds = 0
@@ -558,11 +564,12 @@ def minimize(
             theirs = results[name]
             if isinstance(theirs, str):
                 continue
-            declined: list[str] = []
-            ours = run_kai(cand, actions, declined)
+            differs: list[str] = []
+            ours = run_kai(cand, actions, differs)
             if not keep_overcommit and (
                 overcommitted(cand, theirs)
-                or "overcommit" in declined
+                or "overcommit" in differs
+                or "last_probe" in differs
                 or reported_elsewhere(cand, ours, theirs)
             ):
                 continue
@@ -667,14 +674,15 @@ def main(argv: list[str] | None = None) -> int:
             "a node (at the end or during the session) | the oracle reports a pod releasing "
             "that kai does not evict (runs elsewhere, or was never bound) "
             "| the oracle decides differently from run to run "
-            "| other disagreements |\n|---|---|---|---|---|---|"
+            "| kai's last probe finds victims "
+            "| other disagreements |\n|---|---|---|---|---|---|---|"
         )
         for name, t in table.items():
             share = 100.0 * t.agree / t.total if t.total else 0.0
             print(
                 f"| {', '.join(ACTION_SETS[name])} | {t.agree}/{t.total} ({share:.1f}%) "
                 f"| {len(t.overcommit)} | {len(t.reported_elsewhere)} | {len(t.unsettled)} "
-                f"| {len(t.disagree)} |"
+                f"| {len(t.last_probe)} | {len(t.disagree)} |"
             )
         if args.json:
             Path(args.json).write_text(

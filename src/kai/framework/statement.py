@@ -42,8 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: ``extra`` of the debug record logged where kai declines a KAI-Scheduler over-commit.
-DECLINED_OVERCOMMIT = {"kai_declined": "overcommit"}
+#: ``extra`` of the debug record logged where kai declines a KAI-Scheduler over-commit
+#: (records with ``kai_differs`` mark where kai decides differently on purpose,
+#: docs/kai-differences.md).
+DECLINED_OVERCOMMIT = {"kai_differs": "overcommit"}
 
 
 # Statuses only a session gives: the snapshot has none of them.

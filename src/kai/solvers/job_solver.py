@@ -19,6 +19,7 @@ fingerprinted and never simulated twice for the same job.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ from kai.solvers.scenario import (
     pending_key,
 )
 from kai.solvers.simulate import Simulation, Validator, simulate
+
+log = logging.getLogger(__name__)
 
 SOLVED = "solved"
 DEADLINE_EXHAUSTED = "deadline_exhausted"
@@ -140,6 +143,11 @@ class JobSolver:
                 return self._stopped(job_budget)
             if got.sim is not None:
                 if job.is_gang_satisfied() and job.count(ACTIVE_USED) > active_before:
+                    log.debug(
+                        "%s: solved by the last probe from no recorded victims",
+                        job.key,
+                        extra={"kai_differs": "last_probe"},  # KAI stops before it
+                    )
                     return self._solved(got.sim, job_budget)
                 assert got.sim.statement is not None
                 got.sim.statement.discard()
