@@ -533,6 +533,41 @@ class NodeTable:
         self.idle[node] -= r
         self.held[task] = node
 
+    def vacate(self, task: Task, node: int) -> VacatedPlace:
+        """Keep the place on ``node`` that ``task`` leaves releasing, as one of its
+        vacated places (an undone placement; kai.framework.statement)."""
+        place = VacatedPlace(task.request, node)
+        self.hold(place, node)
+        self.vacated.setdefault(task, []).append(place)
+        return place
+
+    def unvacate(self, task: Task, place: VacatedPlace) -> None:
+        """Undo :meth:`vacate`."""
+        places = self.vacated[task]
+        places.remove(place)
+        if not places:
+            del self.vacated[task]
+        self.unhold(place)
+
+    def retake(self, task: Task, node: int) -> tuple[int, VacatedPlace] | None:
+        """``task``'s latest vacated place on ``node``, freed for it to take back, and
+        where it was in its list; None if it left none there."""
+        places = self.vacated.get(task, [])
+        at = next((i for i in reversed(range(len(places))) if places[i].node == node), -1)
+        if at < 0:
+            return None
+        place = places.pop(at)
+        if not places:
+            del self.vacated[task]
+        self.unhold(place)
+        return at, place
+
+    def give_back(self, task: Task, retaken: tuple[int, VacatedPlace]) -> None:
+        """Undo :meth:`retake` (``retaken``: what it returned)."""
+        at, place = retaken
+        self.hold(place, place.node)
+        self.vacated.setdefault(task, []).insert(at, place)
+
     def release_holds(self) -> None:
         """Free every place held releasing (moved victims' old places and vacated places):
         their pods are gone by the next session of a state that outlives one."""

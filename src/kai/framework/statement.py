@@ -113,14 +113,13 @@ class Statement:
         self._place(task, node, gpu_group, TaskStatus.PIPELINED, "pipeline")
 
     def _restore_unplaced(self, task: Task, node: int) -> bool:
-        """A pod placed earlier in the session that this statement evicted again, put
-        back where KAI-Scheduler still has a record of it (the node it was placed on, one
-        an earlier placement of it left, or, for a moved victim, the node it runs on), is
-        un-evicted as KAI-Scheduler does:
-        the eviction is undone and the earlier placement stands (binding stays binding).
-        Not when that node can no longer hold it (KAI-Scheduler over-commits it then;
-        kai places the pod anew).  Recorded as an ``unevict`` op so that a rollback past
-        it evicts the pod again."""
+        """Un-evict, as KAI-Scheduler does, a pod placed earlier in the session that this
+        statement evicted again and now puts back where KAI-Scheduler still has a record
+        of it (the node it was placed on, a place an earlier placement of it left, or, for
+        a moved victim, the node it runs on): the eviction is undone and the earlier
+        placement stands (binding stays binding).  Not when that node can no longer hold
+        it (KAI-Scheduler over-commits it then; kai places the pod anew).  Recorded as an
+        ``unevict`` op so that a rollback past it evicts the pod again."""
         ops = (o for o in reversed(self.ops) if o.task is task and o.kind == "unplace")
         op = next((o for o in ops if not o.undone), None)
         if op is None or op.prev_node < 0:
@@ -178,15 +177,8 @@ class Statement:
             # Its pod still runs there: the old place stays releasing until it goes.
             nodes.hold(task, old)
             op.held = old
-        places = nodes.vacated.get(task, [])
-        at = next((i for i in reversed(range(len(places))) if places[i].node == node), -1)
-        if at >= 0:
-            # Back where an undone placement of it was: it takes that place back.
-            place = places.pop(at)
-            if not places:
-                del nodes.vacated[task]
-            nodes.unhold(place)
-            op.retaken = (at, place)
+        # Back where an undone placement of it was, it takes that place back.
+        op.retaken = nodes.retake(task, node)
         task.status = status
         task.node = node
         if task.is_shared_gpu:
@@ -217,9 +209,7 @@ class Statement:
         self._detach(task)
         nodes = self.ssn.nodes
         if task.node >= 0 and not task.is_shared_gpu:
-            op.vacated = VacatedPlace(task.request, task.node)
-            nodes.hold(op.vacated, task.node)
-            nodes.vacated.setdefault(task, []).append(op.vacated)
+            op.vacated = nodes.vacate(task, task.node)
         if task in nodes.held:
             op.held = nodes.unhold(task)  # releasing on its own node again, as itself
         if task.pod.node_name:
@@ -285,13 +275,12 @@ class Statement:
 
     def _undo(self, op: _Op) -> None:
         task = op.task
-        if op.kind == "unevict" and op.ref is not None and op.ref.kind == "unplace":
-            op.ref.undone = False
-            self._apply_unplace(op.ref)
-            return
         if op.kind == "unevict":
             assert op.ref is not None
             op.ref.undone = False
+            if op.ref.kind == "unplace":
+                self._apply_unplace(op.ref)
+                return
             self._detach(task)
             task.status = TaskStatus.RELEASING
             task.virtually_evicted = True
@@ -301,15 +290,9 @@ class Statement:
         self._detach(task)
         nodes = self.ssn.nodes
         if op.vacated is not None:
-            nodes.unhold(op.vacated)
-            places = nodes.vacated[task]
-            places.remove(op.vacated)
-            if not places:
-                del nodes.vacated[task]
+            nodes.unvacate(task, op.vacated)
         if op.retaken is not None:
-            at, place = op.retaken
-            nodes.hold(place, place.node)
-            nodes.vacated.setdefault(task, []).insert(at, place)
+            nodes.give_back(task, op.retaken)
         if op.held >= 0:
             if op.kind == "unplace":
                 self.ssn.nodes.hold(task, op.held)
