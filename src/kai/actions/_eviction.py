@@ -59,9 +59,9 @@ def run_eviction_action(
     has no sort key (then the list is built per job).  ``accept_leaf(preemptor, queue)``,
     if given, is False only for leaf queues none of whose jobs ``accept`` takes.
 
-    ``admit(job)``, if given, is asked first: a job it turns away is not tried and does not count
-    as failed.  ``precheck(job)``, if given, is the attempt's first step (after the
-    signature and victim-invariant checks): a job it turns away has failed.
+    ``admit(job)``, if given, is asked first: a job it turns away is not tried and does
+    not count as failed.  ``precheck(job)``, if given, is the attempt's first step (after
+    the signature and victim-invariant checks): a job it turns away has failed.
 
     A job no easier to place than one whose search already failed in this execution is
     not tried (:mod:`kai.actions.signatures`); failed jobs are kept per leaf queue and

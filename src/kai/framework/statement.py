@@ -42,10 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: ``extra`` of the debug record logged where kai declines a KAI-Scheduler over-commit
-#: (records with ``kai_differs`` mark where kai decides differently on purpose,
-#: docs/kai-differences.md).
-DECLINED_OVERCOMMIT = {"kai_differs": "overcommit"}
+#: The attribute of the debug records that mark where kai decides differently from
+#: KAI-Scheduler on purpose (docs/kai-differences.md): ``extra={DIFFERS: what}``.
+DIFFERS = "kai_differs"
 
 
 # Statuses only a session gives: the snapshot has none of them.
@@ -140,7 +139,7 @@ class Statement:
                 "%s is not returned to %s, which can no longer hold it",
                 task.key,
                 nodes.names[back],
-                extra=DECLINED_OVERCOMMIT,
+                extra={DIFFERS: "overcommit"},  # KAI over-commits the node
             )
             return False
         self._mark_unevicted(op)

@@ -64,8 +64,7 @@ def node_local_greedy(
             by_job.setdefault(batches[i].job, []).append(i)
         indexed = len(batches)
         latest = batches[-1]
-        tasks = latest.job.tasks
-        job_nodes = {t.node for t in tasks if t.node >= 0} if len(tasks) > 1 else latest.nodes
+        job_nodes = {t.node for t in latest.job.tasks if t.node >= 0}
         for node in sorted(job_nodes, key=lambda i: names[i]):
             on_node = state.victim_nodes.get(node)
             if not on_node:

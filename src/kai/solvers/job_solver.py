@@ -29,7 +29,7 @@ import numpy as np
 from kai.api.model import ACTIVE_USED, Job, Task
 from kai.api.resources import GPU
 from kai.framework.session import Session
-from kai.framework.statement import Statement
+from kai.framework.statement import DIFFERS, Statement
 from kai.solvers.budget import ActionBudget, JobBudget
 from kai.solvers.generators import GENERATORS, Generator
 from kai.solvers.scenario import (
@@ -146,7 +146,7 @@ class JobSolver:
                     log.debug(
                         "%s: solved by the last probe from no recorded victims",
                         job.key,
-                        extra={"kai_differs": "last_probe"},  # KAI stops before it
+                        extra={DIFFERS: "last_probe"},  # KAI stops before it
                     )
                     return self._solved(got.sim, job_budget)
                 assert got.sim.statement is not None

@@ -10,6 +10,7 @@ pairwise comparisons.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from bisect import insort
 from collections.abc import Callable, Iterable
 from itertools import count
@@ -23,7 +24,7 @@ Entry = tuple[Any, int, Job]  # (order key, insertion number, job): sorts by job
 _Pool = TypeVar("_Pool", bound="LeafPool")
 
 
-class LeafPool:
+class LeafPool(ABC):
     """The jobs :meth:`member` accepts, per leaf queue, ascending by order key; kept
     for a whole action and re-keyed by the subclasses as jobs change."""
 
@@ -45,8 +46,9 @@ class LeafPool:
         key = job_order_key(ssn)
         return None if key is None else cls(ssn, key)  # type: ignore[call-arg]
 
+    @abstractmethod
     def member(self, job: Job) -> bool:
-        raise NotImplementedError
+        """Whether ``job`` belongs in the pool."""
 
     def _enter(self, job: Job) -> Entry:
         """A new entry for ``job``, recorded in :attr:`entries`."""

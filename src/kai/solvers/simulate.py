@@ -28,7 +28,6 @@ class Simulation:
     statement: Statement | None = None
     preempted: list[Task] | None = None  # victims still Releasing
     moved: list[Task] | None = None  # victims pipelined elsewhere
-    put_back: int = 0  # victims un-evicted where they were
 
 
 Validator = Callable[[Scenario, list[Task], list[Task]], bool]
@@ -174,4 +173,4 @@ def simulate(
     if not validator(scenario, preempted, moved):
         stmt.discard()
         return Simulation(False)
-    return Simulation(True, stmt, preempted, moved, len(victims) - len(preempted) - len(moved))
+    return Simulation(True, stmt, preempted, moved)
