@@ -438,17 +438,28 @@ def compare(
                 tally.agree += 1
             elif any(o != theirs for o in outcomes):
                 tally.unsettled.append(key)
-            elif overcommitted(inputs[key], theirs) or "overcommit" in differs:
-                tally.overcommit.append(key)
-            elif "last_probe" in differs:
-                tally.last_probe.append(key)
-            elif reported_elsewhere(inputs[key], ours, theirs):
-                tally.reported_elsewhere.append(key)
+            elif (why := explanation(inputs[key], ours, theirs, differs)) is not None:
+                getattr(tally, why).append(key)
             else:
                 tally.disagree.append(key)
                 if len(tally.disagree) <= show:
                     print(f"--- {key}", *diff, sep="\n  ")
     return table
+
+
+def explanation(
+    cluster: Cluster, kai_out: Outcome, oracle_out: Outcome, differs: list[str]
+) -> str | None:
+    """The documented difference (docs/kai-differences.md) that explains why kai and the
+    oracle disagree on ``cluster``, as a :class:`Tally` field name; None if none does.
+    ``differs``: the ``kai_differs`` records of kai's session (:func:`run_kai`)."""
+    if overcommitted(cluster, oracle_out) or "overcommit" in differs:
+        return "overcommit"
+    if "last_probe" in differs:
+        return "last_probe"
+    if reported_elsewhere(cluster, kai_out, oracle_out):
+        return "reported_elsewhere"
+    return None
 
 
 @dataclass
@@ -542,15 +553,12 @@ def minimize(
     """Shrink ``cluster`` while kai and the oracle still disagree on it."""
     cluster = with_actions(cluster, actions)
     start = oracle.run({"start": cluster})["start"]
-    # A disagreement a documented KAI-Scheduler defect explains shrinks only to another
-    # one; any other shrinks only to another that none explains.
+    # A disagreement a documented difference explains shrinks only to another one; any
+    # other shrinks only to another that none explains.
     differs: list[str] = []
     ours = run_kai(cluster, actions, differs)
-    keep_overcommit = not isinstance(start, str) and (
-        bool(overcommitted(cluster, start))
-        or "overcommit" in differs
-        or "last_probe" in differs
-        or reported_elsewhere(cluster, ours, start)
+    explained = (
+        not isinstance(start, str) and explanation(cluster, ours, start, differs) is not None
     )
     rounds = 0
     while True:
@@ -564,14 +572,9 @@ def minimize(
             theirs = results[name]
             if isinstance(theirs, str):
                 continue
-            differs: list[str] = []
+            differs = []
             ours = run_kai(cand, actions, differs)
-            if not keep_overcommit and (
-                overcommitted(cand, theirs)
-                or "overcommit" in differs
-                or "last_probe" in differs
-                or reported_elsewhere(cand, ours, theirs)
-            ):
+            if not explained and explanation(cand, ours, theirs, differs) is not None:
                 continue
             if differences(ours, theirs):
                 cluster = cand
