@@ -369,3 +369,43 @@ def test_node_local_scenarios_take_every_batch_of_a_victim_job_on_the_node() -> 
         "j10-0": ("Binding", "node0"),
         "j12-0": ("Binding", "node0"),
     }
+
+
+def test_consolidation_counts_a_victim_bound_in_the_session_and_not_placed_again() -> None:
+    # Allocate binds j14-0 on node6. Consolidating for the 3-pod gang j06 would move
+    # j00, j08, j10 and j02-0 and evict j14-0, which no node holds any more: its bind is
+    # withdrawn (it is pending again), but it is a victim not placed again all the same,
+    # so consolidation (which never loses a pod) rejects the scenario, as KAI does.
+    nodes = {"node0": 1, "node1": 1, "node2": 8, "node4": 2, "node6": 8, "node7": 1}
+    departments = [dept("d0", 16, -1, 0)]
+    queues = [
+        leaf("q0", 0, -1, 1, "d0", 0),
+        leaf("q1", 0, 12, 0, "d0", 1),
+    ]
+    jobs = [
+        J("j13", "q1", [T("Pending")], gpus=1, priority=50),
+        J("j08", "q1", [T("Running", "node0")], gpus=1, priority=50),
+        J("j02", "q1", [T("Pending")], gpus=4, priority=50),
+        J("j14", "q1", [T("Pending")], gpus=4, priority=50),
+        J("j04", "q0", [T("Pending")], gpus=2, priority=50),
+        J("j00", "q0", [T("Running", "node7"), T("Running", "node1")], gpus=1, priority=50),
+        J("j06", "q1", [T("Pending"), T("Pending"), T("Pending")], gpus=1, priority=50),
+        J("j10", "q0", [T("Running", "node4")], gpus=2, priority=50),
+    ]
+    result = run(
+        build(nodes, queues, jobs, departments=departments),
+        ["allocate", "consolidation", "reclaim", "preempt"],
+    )
+    assert statuses(result) == {
+        "j00-0": ("Running", "node7"),
+        "j00-1": ("Running", "node1"),
+        "j02-0": ("Binding", "node2"),
+        "j04-0": ("Binding", "node2"),
+        "j06-0": ("Pending", None),
+        "j06-1": ("Pending", None),
+        "j06-2": ("Pending", None),
+        "j08-0": ("Running", "node0"),
+        "j10-0": ("Running", "node4"),
+        "j13-0": ("Binding", "node2"),
+        "j14-0": ("Binding", "node6"),
+    }

@@ -26,7 +26,7 @@ from kai.solvers.scenario import COUNT_SLACK, Scenario
 class Simulation:
     solved: bool
     statement: Statement | None = None
-    preempted: list[Task] | None = None  # victims still Releasing
+    preempted: list[Task] | None = None  # victims still evicted (see simulate)
     moved: list[Task] | None = None  # victims pipelined elsewhere
 
 
@@ -118,6 +118,10 @@ def _least_gpu_need(jobs: list[Job]) -> float:
     return least
 
 
+#: A victim's status once a simulation evicted it and did not place it again.
+_EVICTED = (TaskStatus.RELEASING, TaskStatus.PENDING)
+
+
 def simulate(
     ssn: Session,
     scenario: Scenario,
@@ -168,7 +172,10 @@ def simulate(
     if not placed:
         stmt.discard()
         return Simulation(False)
-    preempted = [t for t in victims if t.status is TaskStatus.RELEASING]
+    # Victims still releasing, and victims this session had placed whose placement the
+    # eviction withdrew (pending again): KAI-Scheduler has those releasing too, and its
+    # validators and recorded victims count them.
+    preempted = [t for t in victims if t.status in _EVICTED]
     moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
     if not validator(scenario, preempted, moved):
         stmt.discard()
