@@ -54,17 +54,6 @@ class ElasticPlugin(Plugin):
         job_order.order_key = state  # type: ignore[attr-defined]
         ssn.add_job_order_fn(job_order)
 
-        def keeps_gangs(pending: Job, victim_jobs: list[Job], victim_tasks: list[Task]) -> bool:
-            """An elastic victim keeps at least minMember pods, unless it is evicted whole."""
-            for job in victim_jobs:
-                left = job.active_allocated_count()
-                if 0 < left < job.min_member:
-                    return False
-            return True
-
-        ssn.add_reclaim_scenario_validator_fn(keeps_gangs)
-        ssn.add_preempt_scenario_validator_fn(keeps_gangs)
-
 
 def _task_priority(task: Task) -> int | None:
     raw = task.pod.labels.get(TASK_PRIORITY_LABEL)
