@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from datetime import datetime, timezone
 
 import numpy as np
@@ -14,6 +15,7 @@ from kai.api.objects import PodGroupObject
 from kai.config import SchedulerConfig
 from kai.framework import Plugin, register_plugin
 from kai.framework.session import Session
+from kai.framework.statement import DIFFERS
 from tests.factory import node, pod, queue, run, statuses
 
 NOW = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
@@ -125,6 +127,37 @@ def test_a_moved_pod_evicted_again_and_put_back_where_it_runs_returns_where_it_w
     again.evict(b, "move again")
     again.pipeline(b, 0)
     assert again.commit() == []  # nothing changed
+
+
+def test_placing_again_a_pod_whose_placement_an_eviction_withdrew_is_marked(caplog):
+    # KAI-Scheduler evicts the pod it has just bound (releasing for the rest of the
+    # session); kai withdraws the bind, and a later placement is a marked difference.
+    ssn = session([node("n1", gpus=2), node("n2", gpus=2), queue("q"), pod("a", gpus=1, queue="q")])
+    a = ssn.jobs["default/a"].tasks[0]
+    caplog.set_level(logging.DEBUG, logger="kai.framework.statement")
+
+    def marks() -> list[str]:
+        return [r.__dict__[DIFFERS] for r in caplog.records if DIFFERS in r.__dict__]
+
+    first = ssn.statement()
+    first.allocate(a, 0)
+    first.commit()
+    moving = ssn.statement()
+    moving.evict(a, "move")
+    moving.allocate(a, 1)  # placed again by the statement that evicts it: a move
+    moving.commit()
+    assert marks() == []
+    evicting = ssn.statement()
+    evicting.evict(a, "make room")
+    assert a.status is TaskStatus.PENDING
+    evicting.commit()
+    assert marks() == []
+    assert ssn.decisions == []  # the binds are withdrawn, nothing is evicted
+    again = ssn.statement()
+    again.allocate(a, 0)
+    again.commit()
+    assert marks() == ["withdrawn"]
+    assert [(d.type, d.task.name, d.node) for d in ssn.decisions] == [("bind", "a", "n1")]
 
 
 def test_release_holds_frees_moved_and_vacated_places():

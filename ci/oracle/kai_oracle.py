@@ -327,13 +327,24 @@ def write_inputs(directory: Path, inputs: dict[str, Cluster]) -> None:
         (directory / f"{name}.json").write_text(json.dumps(cluster, indent=1) + "\n")
 
 
+class OracleOutcome(dict):
+    """An oracle's :data:`Outcome`, with the pods it reports having evicted twice for
+    one placement (``evicted_twice``, see :func:`explanation`); compares as a dict."""
+
+    evicted_twice: tuple[str, ...] = ()
+
+
 def _read_result(path: Path) -> Outcome | str:
     if not path.exists():
         return f"no result {path.name}"
     data = json.loads(path.read_text())
     if "error" in data:
         return str(data["error"])
-    return {name: (p["status"], p.get("node") or None) for name, p in data["pods"].items()}
+    out = OracleOutcome(
+        {name: (p["status"], p.get("node") or None) for name, p in data["pods"].items()}
+    )
+    out.evicted_twice = tuple(data.get("evicted_twice") or ())
+    return out
 
 
 # ----------------------------------------------------------------- comparison
@@ -459,6 +470,14 @@ def explanation(
         return "last_probe"
     if reported_elsewhere(cluster, kai_out, oracle_out):
         return "reported_elsewhere"
+    if getattr(oracle_out, "evicted_twice", ()):
+        # KAI-Scheduler evicted a pod twice for one placement (a victim listed twice in
+        # one scenario), crediting its queue twice: the oracle's driver reports it.
+        return "evicted_twice"
+    if "withdrawn" in differs:
+        # kai placed again a pod whose bind or pipeline an eviction had withdrawn (it was
+        # pending again); KAI-Scheduler has it releasing, and no later action places it.
+        return "withdrawn"
     return None
 
 
@@ -476,6 +495,8 @@ class Tally:
     unsettled: list[str] = dataclasses.field(default_factory=list)  # oracle runs differ
     last_probe: list[str] = dataclasses.field(default_factory=list)  # kai's last probe
     reported_elsewhere: list[str] = dataclasses.field(default_factory=list)
+    evicted_twice: list[str] = dataclasses.field(default_factory=list)  # oracle's log
+    withdrawn: list[str] = dataclasses.field(default_factory=list)  # placed again by kai
     disagree: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -678,14 +699,17 @@ def main(argv: list[str] | None = None) -> int:
             "that kai does not evict (runs elsewhere, or was never bound) "
             "| the oracle decides differently from run to run "
             "| kai's last probe finds victims "
-            "| other disagreements |\n|---|---|---|---|---|---|---|"
+            "| the oracle evicts a victim twice "
+            "| kai places again a pod whose placement an eviction withdrew "
+            "| other disagreements |\n|---|---|---|---|---|---|---|---|---|"
         )
         for name, t in table.items():
             share = 100.0 * t.agree / t.total if t.total else 0.0
             print(
                 f"| {', '.join(ACTION_SETS[name])} | {t.agree}/{t.total} ({share:.1f}%) "
                 f"| {len(t.overcommit)} | {len(t.reported_elsewhere)} | {len(t.unsettled)} "
-                f"| {len(t.last_probe)} | {len(t.disagree)} |"
+                f"| {len(t.last_probe)} | {len(t.evicted_twice)} | {len(t.withdrawn)} "
+                f"| {len(t.disagree)} |"
             )
         if args.json:
             Path(args.json).write_text(

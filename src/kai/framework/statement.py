@@ -328,6 +328,10 @@ class Statement:
         ssn = self.ssn
         out: list[Decision] = []
         nodes = ssn.nodes
+        # Pods the cluster had not bound whose placement an earlier statement's eviction
+        # withdrew: KAI-Scheduler has them releasing for the rest of the session.
+        withdrawn: set[Task] = ssn.cache.setdefault(_WITHDRAWN, set())
+        withdrawing: list[Task] = []
         for op in self.ops:
             task = op.task
             if op.kind == "unevict" or (op.kind in ("evict", "unplace") and op.undone):
@@ -336,6 +340,8 @@ class Statement:
                 # Withdraw the placement this session made; no eviction reaches the cluster.
                 out = [d for d in out if not _places(d, task)]
                 ssn.decisions[:] = [d for d in ssn.decisions if not _places(d, task)]
+                if not task.pod.node_name:
+                    withdrawing.append(task)
                 continue
             if op.kind == "evict":
                 node = nodes.names[op.prev_node] if op.prev_node >= 0 else None
@@ -343,6 +349,13 @@ class Statement:
                 continue
             groups = [task.gpu_group] if task.is_shared_gpu and task.gpu_group else []
             node = nodes.names[task.node] if task.node >= 0 else None
+            if task in withdrawn:
+                log.debug(
+                    "%s, whose placement an eviction withdrew, is placed again on %s",
+                    task.key,
+                    node,
+                    extra={DIFFERS: "withdrawn"},  # KAI never places it again
+                )
             if op.kind == "allocate":
                 # Allocated -> Binding: both hold idle capacity, no re-accounting needed.
                 task.status = TaskStatus.BINDING
@@ -351,9 +364,14 @@ class Statement:
                 out.append(Decision(ssn.current_action, "pipeline", task, node, groups))
         for op in self.ops:
             op.task.virtually_evicted = False
+        withdrawn.update(withdrawing)
         ssn.decisions.extend(out)
         self.ops = []
         return out
+
+
+#: ``Session.cache`` key of the tasks whose placement a committed eviction withdrew.
+_WITHDRAWN = "statement.withdrawn"
 
 
 def _places(decision: Decision, task: Task) -> bool:
