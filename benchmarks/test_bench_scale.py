@@ -11,6 +11,7 @@ from conftest import bench_session, require_actions, size_arg
 from kai.bench import _plugins_config
 from kai.bench_clusters import cluster_fill, fractional, storm
 from kai.framework.plugin import plugin_names
+from kai.plugins import register_builtins
 
 
 def test_cluster_fill(benchmark):
@@ -33,6 +34,7 @@ def test_storm(benchmark, kind):
 
 
 def test_loadaware(benchmark):
+    register_builtins()
     if "loadaware" not in plugin_names():
         pytest.skip("plugin loadaware not registered yet")
     n = size_arg("loadaware")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import kai.config
+import kai.framework.plugin
 from kai.api.objects import PluginOption
 from kai.cli import main
 from kai.config import SchedulerConfig
@@ -62,7 +62,7 @@ def _simulate(*args: str) -> dict:
 
 @pytest.fixture(autouse=True)
 def _fresh_log(monkeypatch) -> None:
-    monkeypatch.setattr(kai.config, "_logged", set())
+    monkeypatch.setattr(kai.framework.plugin, "_logged", set())
 
 
 def test_kai_default_configuration_loads_and_decides_as_kai_defaults(tmp_path: Path) -> None:

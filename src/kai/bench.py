@@ -225,7 +225,9 @@ def _plugins_config(extra: tuple[str, ...]):
     from kai.api.objects import PluginOption, SchedulerConfigObject
     from kai.config import DEFAULT_PLUGINS
     from kai.framework.plugin import plugin_names
+    from kai.plugins import register_builtins
 
+    register_builtins()
     known = set(plugin_names())
     tier = [p for p in DEFAULT_PLUGINS if p.name in known] + [PluginOption(p) for p in extra]
     return SchedulerConfigObject(tiers=[tier])
@@ -257,7 +259,9 @@ def run_scenario(
     from kai.backends import get_backend
     from kai.engine import Snapshot, run_session
     from kai.framework.plugin import plugin_names
+    from kai.plugins import register_builtins
 
+    register_builtins()
     be = get_backend(backend).name
     have = registered_actions()
     missing = [a for a in scenario.requires if a not in have]

@@ -7,7 +7,6 @@ when the configuration is built, so a typo is a clear error before any schedulin
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +15,8 @@ from typing import Any
 from kai.api.errors import ConfigError
 from kai.api.objects import PluginOption, SchedulerConfigObject
 from kai.fairshare import UsageDBConfig
+from kai.framework.plugin import get_plugin_builder, log_once, plugin_names
+from kai.plugins import register_builtins as register_builtin_plugins
 from kai.solvers.budget import SearchLimits
 
 # KAI-Scheduler's default scenario search budgets (seconds; 0 = unlimited).
@@ -84,17 +85,6 @@ DEFAULT_PLUGINS: tuple[PluginOption, ...] = tuple(
 # that register those generators (in KAI's order).
 EVICTION_ACTIONS = ("consolidation", "reclaim", "preempt")
 SOLVER_PLUGINS = ("sg-nodelocalgreedy", "sg-multinodegang")
-
-_log = logging.getLogger(__name__)
-_logged: set[str] = set()
-
-
-def log_once(message: str) -> None:
-    """Log ``message`` at info level the first time only (configurations are parsed
-    again for every snapshot and every cycle of ``kai run``)."""
-    if message not in _logged:
-        _logged.add(message)
-        _log.info(message)
 
 
 def _with_solvers(
@@ -214,8 +204,7 @@ class SchedulerConfig:
         if obj is not None and obj.tiers:
             tiers = [list(t) for t in obj.tiers]
         else:
-            from kai.framework.plugin import plugin_names
-
+            register_builtin_plugins()
             registered = set(plugin_names())
             tiers = [[p for p in DEFAULT_PLUGINS if p.name in registered]]
         tiers = _with_shard_k_value(tiers, obj.k_value if obj is not None else None)
@@ -252,8 +241,7 @@ class SchedulerConfig:
         An unknown plugin or a bad argument is a ConfigError whose field says which
         plugin of which tier (``tiers[0].plugins[2].arguments.kValue``).
         """
-        from kai.framework.plugin import get_plugin_builder
-
+        register_builtin_plugins()
         built = []
         for tier_index, tier in enumerate(self.tiers):
             for index, option in enumerate(tier):

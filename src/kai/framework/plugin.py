@@ -3,12 +3,15 @@
 A plugin is built by name from the scheduler configuration with its ``arguments``
 (the builder pattern), and in :meth:`Plugin.on_session_open` registers functions at
 the session's extension points.  Users register their own plugins with
-:func:`register_plugin`.
+:func:`register_plugin`; the built-in ones are registered by
+:func:`kai.plugins.register_builtins`, which the configuration calls before it looks a
+name up (this module never imports the plugins).
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +86,6 @@ def register_plugin(name: str, builder: PluginBuilder) -> None:
 
 
 def get_plugin_builder(name: str) -> PluginBuilder:
-    _load_builtins()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -98,10 +100,18 @@ def get_plugin_builder(name: str) -> PluginBuilder:
 
 
 def plugin_names() -> list[str]:
-    _load_builtins()
     return sorted(_REGISTRY)
 
 
-def _load_builtins() -> None:
-    # Importing the package registers every built-in plugin.
-    import kai.plugins  # noqa: F401
+# Configuration messages (from the configuration and from plugins) keep the logger
+# they have always had.
+_log = logging.getLogger("kai.config")
+_logged: set[str] = set()
+
+
+def log_once(message: str) -> None:
+    """Log ``message`` at info level the first time only (configurations are parsed
+    again for every snapshot and every cycle of ``kai run``)."""
+    if message not in _logged:
+        _logged.add(message)
+        _log.info(message)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kai.config import log_once
 from kai.framework import Plugin, Session, register_plugin
+from kai.framework.plugin import log_once
 
 #: KAI plugin name -> why it has no effect in kai.
 INERT_PLUGINS: dict[str, str] = {
