@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kai.actions import action_names  # noqa: E402
+from kai.actions import action_names, register_builtins  # noqa: E402
 from kai.bench import SCENARIOS  # noqa: E402
 from kai.bench_clusters import NOW  # noqa: E402
 from kai.engine import Snapshot, run_session  # noqa: E402
@@ -32,6 +32,7 @@ def size_arg(scenario: str, size: str = SIZE):
 
 
 def require_actions(*names: str) -> None:
+    register_builtins()
     missing = [n for n in names if n not in action_names()]
     if missing:
         pytest.skip(f"action(s) not registered yet: {', '.join(missing)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kai.actions import action_names
+from kai.actions import action_names, register_builtins
 from kai.backends import available_backends
 from kai.bench_clusters import NOW, random_cluster
 from kai.engine import Snapshot, run_session
@@ -21,6 +21,7 @@ FULL = ("allocate", "consolidation", "reclaim", "preempt", "stalegangeviction", 
 
 
 def _actions() -> list[str]:
+    register_builtins()
     known = set(action_names())
     return [a for a in FULL if a in known]
 

@@ -357,8 +357,9 @@ def test_namespace_allocation_tracker_example_plugin():
     ]
     ssn = Session(snap.state(), config, now=NOW)
     ssn.open(config.build_plugins())
-    from kai.actions import get_action
+    from kai.actions import get_action, register_builtins
 
+    register_builtins()
     get_action("allocate")(ssn)
     assert dict(ssn.cache["namespace-allocation-tracker"]) == {"ns1": 2, "ns2": 1}
 

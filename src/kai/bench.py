@@ -216,8 +216,9 @@ class BenchResult:
 
 
 def registered_actions() -> set[str]:
-    from kai.actions import action_names
+    from kai.actions import action_names, register_builtins
 
+    register_builtins()
     return set(action_names())
 
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kai.actions import action_names
+from kai.actions import register_builtins as register_builtin_actions
 from kai.api.errors import ConfigError
 from kai.api.objects import PluginOption, SchedulerConfigObject
 from kai.fairshare import UsageDBConfig
@@ -139,8 +141,7 @@ def check_action_names(
     names: Sequence[str], *, obj: str = "SchedulerConfiguration", field: str | None = "actions"
 ) -> None:
     """Raise a ConfigError for the first name that is not a registered action."""
-    from kai.actions import action_names
-
+    register_builtin_actions()
     known = action_names()
     for name in names:
         if name not in known:
@@ -191,8 +192,7 @@ class SchedulerConfig:
     def _from_object(
         cls, obj: SchedulerConfigObject | None, actions: Sequence[str] | None
     ) -> SchedulerConfig:
-        from kai.actions import action_names
-
+        register_builtin_actions()
         known = action_names()
         if actions is not None:
             chosen = list(actions)

@@ -16,6 +16,7 @@ from typing import Any
 
 from kai import _fast
 from kai.actions import get_action
+from kai.actions import register_builtins as register_builtin_actions
 from kai.api.errors import InputError
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ClusterState, Job, Task, TaskStatus
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
@@ -267,6 +268,7 @@ def _session(
     if queue_usage:
         ssn.cache[QUEUE_USAGE_KEY] = queue_usage  # read by proportion when it opens
     ssn.open(config.build_plugins())
+    register_builtin_actions()
     timings: dict[str, float] = {}
     for name in config.actions:
         ssn.current_action = name

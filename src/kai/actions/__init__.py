@@ -1,7 +1,9 @@
 """Actions: the mechanism of a scheduling cycle (allocate, reclaim, preempt, ...).
 
 An action asks the session (and so the plugins) for every policy decision and
-changes the cluster only through statements.
+changes the cluster only through statements.  Each action module registers its
+action when imported; :func:`register_builtins` imports them all, and the
+configuration and the engine call it before they look an action name up.
 """
 
 from __future__ import annotations
@@ -22,20 +24,23 @@ def register_action(name: str, fn: ActionFn) -> None:
 
 
 def get_action(name: str) -> ActionFn:
-    _load_builtins()
     return _ACTIONS[name]
 
 
 def action_names() -> list[str]:
-    _load_builtins()
     return sorted(_ACTIONS)
 
 
 _builtins_loaded = False
 
 
-def _load_builtins() -> None:
-    # Importing the action modules registers them; once per process.
+def register_builtins() -> None:
+    """Register every built-in action.
+
+    The first call imports the action modules (so ``import kai`` does not load them);
+    later calls change nothing, and an action registered afterwards under a built-in
+    name replaces the built-in one.
+    """
     global _builtins_loaded
     if _builtins_loaded:
         return

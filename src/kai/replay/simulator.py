@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kai.actions import get_action
+from kai.actions import register_builtins as register_builtin_actions
 from kai.api.errors import InputError
 from kai.api.model import ClusterState, Job, TaskStatus
 from kai.api.objects import (
@@ -409,6 +410,7 @@ class Replay:
             if plugin.name == "minruntime":
                 _count_protections(plugin, self.result)
         ssn.open(plugins)
+        register_builtin_actions()
         for name in config.actions:
             ssn.current_action = name
             get_action(name)(ssn)
