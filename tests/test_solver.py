@@ -403,7 +403,7 @@ def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) 
     """The victim leaf read in bulk (cached across probes, recorded victims skipped,
     runs of ``run`` or more simple steps added at once) yields the same accumulated
     states as popping the victim queue one job at a time."""
-    from kai.actions.common import tasks_to_allocate
+    from kai.framework.session import tasks_to_allocate
     from kai.solvers import scenario
     from kai.solvers.victims import PoolVictimQueue
 
@@ -435,8 +435,8 @@ def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) 
 def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch) -> None:
     """MultiNodeGang gives the same scenarios with and without its covering bound."""
     from kai import bench_clusters as gen
-    from kai.actions.common import tasks_to_allocate
     from kai.engine import Snapshot
+    from kai.framework.session import tasks_to_allocate
     from kai.solvers import generators
     from kai.solvers.job_solver import feasible_nodes
 
@@ -484,7 +484,7 @@ def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch)
 def test_placement_bound_shares_recorded_part(seed: int) -> None:
     """The placement pre-check over a probe's scenarios (recorded victims counted once)
     agrees with checking each scenario from scratch."""
-    from kai.actions.common import tasks_to_allocate
+    from kai.framework.session import tasks_to_allocate
     from kai.solvers import generators
     from kai.solvers.job_solver import _PlacementBound, feasible_nodes
     from kai.solvers.scenario import Scenario
@@ -521,9 +521,9 @@ def test_reclaim_validator_matrix_matches_chunk_loop(seed: int, monkeypatch) -> 
     """The reclaim scenario validator gives the same answers whether a victim queue's
     chunks are checked one by one or as one matrix."""
     from kai import bench_clusters as gen
-    from kai.actions.common import tasks_to_allocate
     from kai.api.model import ACTIVE_ALLOCATED
     from kai.engine import Snapshot
+    from kai.framework.session import tasks_to_allocate
     from kai.plugins import reclaim_rules
 
     rng = np.random.default_rng(seed)

@@ -118,8 +118,8 @@ def test_prechecks_never_reject_what_the_simulation_places(seed: int) -> None:
     clusters with shared devices, accept every scenario the exact simulation solves."""
     import numpy as np
 
-    from kai.actions.common import tasks_to_allocate
     from kai.api.model import ACTIVE_ALLOCATED
+    from kai.framework.session import tasks_to_allocate
     from kai.solvers.job_solver import _PlacementBound, feasible_nodes
     from kai.solvers.scenario import AccumulatedState, Scenario, VictimBatch
     from kai.solvers.simulate import simulate

@@ -7,10 +7,10 @@ from functools import partial
 
 import numpy as np
 
-from kai.actions.common import JobQueue, schedulable_jobs, tasks_to_allocate
+from kai.actions.common import JobQueue, schedulable_jobs
 from kai.actions.signatures import FailedRepresentatives
 from kai.api.model import Job, Task
-from kai.framework.session import Session
+from kai.framework.session import Session, tasks_to_allocate
 from kai.solvers import ActionBudget, JobSolver, SearchLimits
 from kai.solvers.job_solver import STOP_REASONS
 from kai.solvers.pending import POOL_KEY, PendingPool

@@ -16,10 +16,9 @@ from kai.actions.common import (
     allocate_job,
     schedulable_jobs,
     should_pipeline_job,
-    tasks_to_allocate,
 )
 from kai.api.model import ALLOCATED, TaskStatus
-from kai.framework.session import Session
+from kai.framework.session import Session, tasks_to_allocate
 
 
 def allocate(ssn: Session) -> None:

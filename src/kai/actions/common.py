@@ -10,25 +10,11 @@ import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
 from kai.api.resources import INSUFFICIENT_RESOURCES
-from kai.framework.session import Session
+from kai.framework.session import Session, tasks_to_allocate
 from kai.framework.statement import Statement
 
 
 # ----------------------------------------------------------------- job selection
-def tasks_to_allocate(ssn: Session, job: Job) -> list[Task]:
-    """The next chunk of a job to place: the gang up to minMember, then one task at a time."""
-    if len(job.tasks) == 1:  # one pod (most jobs): nothing to order or count
-        task = job.tasks[0]
-        return [task] if task.should_allocate() else []
-    pending = ssn.sorted_tasks(t for t in job.tasks if t.should_allocate())
-    if not pending:
-        return []
-    allocated = job.active_allocated_count()
-    if allocated < job.min_member:
-        return pending[: job.min_member - allocated]
-    return pending[:1]
-
-
 def job_unready_reason(job: Job) -> str | None:
     """Why a job cannot be scheduled as it stands (too few pods for its gang)."""
     alive = job.count(ALIVE)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
-from kai.actions.common import tasks_to_allocate
 from kai.api.model import Job, Task
-from kai.framework.session import Session
+from kai.framework.session import Session, tasks_to_allocate
 from kai.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
 from kai.solvers.victims import potential_victim
 

@@ -715,3 +715,19 @@ class Session:
     def queue_path(self, name: str) -> list[str]:
         """Root-to-leaf list of queue names ending with ``name``."""
         return queue_path(self.queues, name)
+
+
+# A job's next chunk is what the actions place and what the proportion plugin counts as
+# a job's request, so it lives with the session that orders the tasks.
+def tasks_to_allocate(ssn: Session, job: Job) -> list[Task]:
+    """The next chunk of a job to place: the gang up to minMember, then one task at a time."""
+    if len(job.tasks) == 1:  # one pod (most jobs): nothing to order or count
+        task = job.tasks[0]
+        return [task] if task.should_allocate() else []
+    pending = ssn.sorted_tasks(t for t in job.tasks if t.should_allocate())
+    if not pending:
+        return []
+    allocated = job.active_allocated_count()
+    if allocated < job.min_member:
+        return pending[: job.min_member - allocated]
+    return pending[:1]

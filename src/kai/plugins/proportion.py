@@ -41,6 +41,7 @@ from kai.api.preemptibility import (
 from kai.api.resources import CPU, GPU, MEMORY
 from kai.fairshare import QUEUE_USAGE_KEY, usage_vectors
 from kai.framework import EventHandler, Plugin, Session, register_plugin
+from kai.framework.session import tasks_to_allocate
 
 UNLIMITED = -1.0
 #: The task resource columns of a queue vector ([cpu, memory, gpu]).
@@ -535,8 +536,6 @@ class ProportionPlugin(Plugin):
         key = ("proportion.job_request", job.key, state)
         cached = self.ssn.cache.get(key)
         if cached is None:
-            from kai.actions.common import tasks_to_allocate
-
             cached = self.request_of(tasks_to_allocate(self.ssn, job))
             self.ssn.cache[key] = cached
         return cached

@@ -28,7 +28,7 @@ import numpy as np
 
 from kai.api.model import ACTIVE_USED, Job, Task
 from kai.api.resources import GPU
-from kai.framework.session import Session
+from kai.framework.session import Session, tasks_to_allocate
 from kai.framework.statement import DIFFERS, Statement
 from kai.solvers.budget import ActionBudget, JobBudget
 from kai.solvers.generators import GENERATORS, Generator
@@ -106,8 +106,6 @@ class JobSolver:
         self._afresh: list[tuple[str, Generator]] = []
 
     def solve(self, job: Job) -> SolveResult:
-        from kai.actions.common import tasks_to_allocate
-
         ssn = self.ssn
         tasks = tasks_to_allocate(ssn, job)
         if not tasks:

@@ -17,7 +17,7 @@ import numpy as np
 
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.resources import GPU
-from kai.framework.session import Session
+from kai.framework.session import Session, tasks_to_allocate
 from kai.framework.statement import Statement
 from kai.solvers.scenario import COUNT_SLACK, Scenario
 
@@ -97,8 +97,6 @@ class _GpuRoom:
         return need <= self.most + COUNT_SLACK
 
     def may_place(self, job: Job) -> bool:
-        from kai.actions.common import tasks_to_allocate
-
         tasks = tasks_to_allocate(self.ssn, job)
         need = max((float(t.request[GPU]) for t in tasks if not t.is_shared_gpu), default=0.0)
         return need <= 0 or self.fits(need)
