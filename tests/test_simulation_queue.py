@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from kai.actions.solvers.pending import PendingPool, SimulationQueue
 from kai.engine import parse_now
 from kai.framework.session import Session
-from kai.solvers.pending import PendingPool, SimulationQueue
 from tests._kai_cluster import NOW, J, T, build, queue
 
 

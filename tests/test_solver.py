@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import kai
+from kai.actions.solvers import SearchLimits
 from kai.backends import available_backends, get_backend
-from kai.solvers import SearchLimits
 from tests._kai_cluster import J, T, build, decisions, queue, statuses
 
 BACKENDS = available_backends()
@@ -69,7 +69,7 @@ def _session(snap):
 
 
 def test_tasks_to_evict_peels_elastic_then_core() -> None:
-    from kai.solvers.scenario import job_view, tasks_to_evict
+    from kai.actions.solvers.scenario import job_view, tasks_to_evict
 
     snap = build(
         {"n0": 4},
@@ -92,7 +92,7 @@ def test_tasks_to_evict_peels_elastic_then_core() -> None:
 
 
 def test_semi_preemptible_core_is_never_a_victim() -> None:
-    from kai.solvers.scenario import job_view, tasks_to_evict
+    from kai.actions.solvers.scenario import job_view, tasks_to_evict
 
     snap = build(
         {"n0": 4},
@@ -116,8 +116,8 @@ def test_semi_preemptible_core_is_never_a_victim() -> None:
 
 
 def test_failed_scenario_leaves_nothing_behind() -> None:
-    from kai.solvers.scenario import Scenario, VictimBatch
-    from kai.solvers.simulate import simulate
+    from kai.actions.solvers.scenario import Scenario, VictimBatch
+    from kai.actions.solvers.simulate import simulate
 
     snap = build(
         {"n0": 2},
@@ -341,8 +341,8 @@ def _mixed_snapshot(seed: int, rng):
 
 def _victim_case(snap):
     """A session on ``snap``, its victim pool and its running tasks."""
+    from kai.actions.solvers.victims import VictimPool
     from kai.api.model import ACTIVE_ALLOCATED
-    from kai.solvers.victims import VictimPool
 
     ssn = _session(snap)
     pool = VictimPool.for_session(ssn)
@@ -377,7 +377,7 @@ def _one_leaf_gangs(rng):
 
 
 def _accumulated_states(ssn, cands, pending, recorded, limit=60):
-    from kai.solvers.scenario import accumulate
+    from kai.actions.solvers.scenario import accumulate
 
     out = []
     for state in accumulate(ssn, cands, pending, recorded):
@@ -403,9 +403,9 @@ def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) 
     """The victim leaf read in bulk (cached across probes, recorded victims skipped,
     runs of ``run`` or more simple steps added at once) yields the same accumulated
     states as popping the victim queue one job at a time."""
+    from kai.actions.solvers import scenario
+    from kai.actions.solvers.victims import PoolVictimQueue
     from kai.framework.session import tasks_to_allocate
-    from kai.solvers import scenario
-    from kai.solvers.victims import PoolVictimQueue
 
     monkeypatch.setattr(scenario, "_BULK_STEPS", run)
     rng = np.random.default_rng(seed)
@@ -435,10 +435,10 @@ def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) 
 def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch) -> None:
     """MultiNodeGang gives the same scenarios with and without its covering bound."""
     from kai import bench_clusters as gen
+    from kai.actions.solvers import generators
+    from kai.actions.solvers.job_solver import feasible_nodes
     from kai.engine import Snapshot
     from kai.framework.session import tasks_to_allocate
-    from kai.solvers import generators
-    from kai.solvers.job_solver import feasible_nodes
 
     rng = np.random.default_rng(seed)
     if seed % 2:
@@ -484,10 +484,10 @@ def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch)
 def test_placement_bound_shares_recorded_part(seed: int) -> None:
     """The placement pre-check over a probe's scenarios (recorded victims counted once)
     agrees with checking each scenario from scratch."""
+    from kai.actions.solvers import generators
+    from kai.actions.solvers.job_solver import _PlacementBound, feasible_nodes
+    from kai.actions.solvers.scenario import Scenario
     from kai.framework.session import tasks_to_allocate
-    from kai.solvers import generators
-    from kai.solvers.job_solver import _PlacementBound, feasible_nodes
-    from kai.solvers.scenario import Scenario
 
     rng = np.random.default_rng(seed)
     ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))

@@ -319,8 +319,8 @@ class Verdict:
 
 
 def oracle(case: Case, snap: kai.Snapshot) -> Verdict:
+    from kai.actions.solvers.victims import potential_victim
     from kai.framework.session import tasks_to_allocate
-    from kai.solvers.victims import potential_victim
 
     ssn = open_session(snap, case.action)
     try:

@@ -118,11 +118,11 @@ def test_prechecks_never_reject_what_the_simulation_places(seed: int) -> None:
     clusters with shared devices, accept every scenario the exact simulation solves."""
     import numpy as np
 
+    from kai.actions.solvers.job_solver import _PlacementBound, feasible_nodes
+    from kai.actions.solvers.scenario import AccumulatedState, Scenario, VictimBatch
+    from kai.actions.solvers.simulate import simulate
     from kai.api.model import ACTIVE_ALLOCATED
     from kai.framework.session import tasks_to_allocate
-    from kai.solvers.job_solver import _PlacementBound, feasible_nodes
-    from kai.solvers.scenario import AccumulatedState, Scenario, VictimBatch
-    from kai.solvers.simulate import simulate
     from tests.test_solver import _session
 
     rng = np.random.default_rng(seed)
@@ -177,7 +177,7 @@ def test_probes_start_from_the_victims_the_last_success_used(monkeypatch) -> Non
     # victim the 1-pod probe evicted (v09) and evicts another (v08): every probe starts
     # from exactly the victims the last successful probe evicted or moved.  The 10-pod
     # gang then takes n0, n1 and n3; v06 (on n2, where no pod goes) keeps running.
-    from kai.solvers.job_solver import JobSolver
+    from kai.actions.solvers.job_solver import JobSolver
 
     probes: list[tuple[int, list[str], list[str] | None]] = []
     plain = JobSolver._probe

@@ -14,12 +14,12 @@ from typing import Any
 
 from kai.actions import action_names
 from kai.actions import register_builtins as register_builtin_actions
+from kai.actions.solvers.budget import SearchLimits
 from kai.api.errors import ConfigError
 from kai.api.objects import PluginOption, SchedulerConfigObject
 from kai.fairshare import UsageDBConfig
 from kai.framework.plugin import get_plugin_builder, log_once, plugin_names
 from kai.plugins import register_builtins as register_builtin_plugins
-from kai.solvers.budget import SearchLimits
 
 # KAI-Scheduler's default scenario search budgets (seconds; 0 = unlimited).
 DEFAULT_ACTION_SEARCH = {"default": 300.0}

@@ -9,13 +9,13 @@ import numpy as np
 
 from kai.actions.common import JobQueue, schedulable_jobs
 from kai.actions.signatures import FailedRepresentatives
+from kai.actions.solvers import ActionBudget, JobSolver, SearchLimits
+from kai.actions.solvers.job_solver import STOP_REASONS
+from kai.actions.solvers.pending import POOL_KEY, PendingPool
+from kai.actions.solvers.simulate import Validator
+from kai.actions.solvers.victims import VictimPool, potential_victim
 from kai.api.model import Job, Task
 from kai.framework.session import Session, tasks_to_allocate
-from kai.solvers import ActionBudget, JobSolver, SearchLimits
-from kai.solvers.job_solver import STOP_REASONS
-from kai.solvers.pending import POOL_KEY, PendingPool
-from kai.solvers.simulate import Validator
-from kai.solvers.victims import VictimPool, potential_victim
 
 
 def victim_invariant_problem(ssn: Session, job: Job, tasks: list[Task]) -> str | None:
@@ -51,7 +51,7 @@ def run_eviction_action(
     accept_leaf: Callable[[Job, str], bool] | None = None,
     signatures_per_queue: bool = True,
 ) -> None:
-    """Pop pending jobs in queue order and search victims for each (see kai.solvers).
+    """Pop pending jobs in queue order and search victims for each (see kai.actions.solvers).
 
     Victims of a preemptor are the potential victims (:func:`potential_victim`) that
     ``accept(preemptor, job)``.  They are read from a :class:`VictimPool` kept for the

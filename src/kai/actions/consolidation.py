@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
+from kai.actions.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
+from kai.actions.solvers.victims import potential_victim
 from kai.api.model import Job, Task
 from kai.framework.session import Session, tasks_to_allocate
-from kai.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
-from kai.solvers.victims import potential_victim
 
 #: Most victim jobs one consolidation may consider (-1: unlimited, as KAI's tests use).
 MAX_CONSOLIDATION_PREEMPTEES = -1

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
+from kai.actions.solvers.scenario import Scenario
 from kai.api.model import Job, Task
 from kai.framework.session import Session, tasks_to_allocate
-from kai.solvers.scenario import Scenario
 
 
 def preempt(ssn: Session) -> None:

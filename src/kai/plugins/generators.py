@@ -1,7 +1,7 @@
 """Scenario generator plugins: ``sg-nodelocalgreedy`` and ``sg-multinodegang``.
 
 Each puts its generator's name on the session; the victim solver runs the registered
-generators in that order (see :mod:`kai.solvers.generators`).  A name registered twice
+generators in that order (see :mod:`kai.actions.solvers.generators`).  A name registered twice
 is kept once.
 """
 

@@ -29,7 +29,7 @@ class PriorityPlugin(Plugin):
                 return 0
             return -1 if left.priority > right.priority else 1
 
-        # A sort key equivalent to the comparison (kai.solvers.order): lower first.
+        # A sort key equivalent to the comparison (kai.actions.solvers.order): lower first.
         job_order.order_key = lambda job: -job.priority  # type: ignore[attr-defined]
         ssn.add_job_order_fn(job_order)
 

@@ -13,10 +13,10 @@ time budgets keep one job from eating the cycle.
 Public entry point: :class:`JobSolver`.
 """
 
-from kai.solvers.budget import ActionBudget, SearchLimits
-from kai.solvers.generators import GENERATORS, register_generator
-from kai.solvers.job_solver import JobSolver, SolveResult
-from kai.solvers.scenario import Scenario, VictimBatch, tasks_to_evict
+from kai.actions.solvers.budget import ActionBudget, SearchLimits
+from kai.actions.solvers.generators import GENERATORS, register_generator
+from kai.actions.solvers.job_solver import JobSolver, SolveResult
+from kai.actions.solvers.scenario import Scenario, VictimBatch, tasks_to_evict
 
 __all__ = [
     "GENERATORS",

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from kai.actions.solvers.scenario import AccumulatedState, Scenario, accumulate
 from kai.api.model import Job, Task
 from kai.framework.session import Session
-from kai.solvers.scenario import AccumulatedState, Scenario, accumulate
 
 Generator = Callable[
     [Session, Job, list[Task], list[Task], list[Job], np.ndarray], Iterator[Scenario]
@@ -108,7 +108,7 @@ def multi_node_gang(
 def _prefix_subsets(
     ssn: Session, state: AccumulatedState, feasible: np.ndarray
 ) -> Iterator[set[int]]:
-    from kai.solvers.scenario import node_gpu_capacity
+    from kai.actions.solvers.scenario import node_gpu_capacity
 
     # GPUs per node before the batches: idle and releasing, plus what the recorded
     # victims free on every node (also where no batch adds a victim).

@@ -2,7 +2,7 @@
 
 Evict every victim, then run the allocation loop over the victims' jobs and the
 pending job (the part being probed), in the normal queue-tree order among every job
-with a pending task (:mod:`kai.solvers.pending`), on the feasible nodes plus the
+with a pending task (:mod:`kai.actions.solvers.pending`), on the feasible nodes plus the
 victims' nodes; every placement is a pipeline (a victim put back where it was is simply
 un-evicted).  The pending job must be placed whole; victims that found no place stay
 Releasing.  The scenario must then pass the validator.  Anything else rolls back.
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kai.actions.solvers.scenario import COUNT_SLACK, Scenario
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
 from kai.framework.statement import Statement
-from kai.solvers.scenario import COUNT_SLACK, Scenario
 
 
 @dataclass
@@ -128,7 +128,7 @@ def simulate(
     action: str,
 ) -> Simulation:
     from kai.actions.common import allocate_job
-    from kai.solvers.pending import partial_view, simulation_queue
+    from kai.actions.solvers.pending import partial_view, simulation_queue
 
     victims = scenario.victim_tasks()
     if not victims:

@@ -254,7 +254,8 @@ class AccumulatedState:
         # every amount freed is a whole number of GPUs (then exact in any order).
         self._totals: np.ndarray | None = None
         self._whole = True
-        self.prefix_bound: Any = None  # kept by the prefix generator (kai.solvers.generators)
+        # Kept by the prefix generator (kai.actions.solvers.generators).
+        self.prefix_bound: Any = None
         self._free_recorded()
         self.gpu_requests = np.array([gpu_need(ssn, t) for t in pending], dtype=np.float64)
         reqs = [t.request.copy() for t in pending]
@@ -441,7 +442,7 @@ class AccumulatedState:
         self, steps: Any, pos: int, recorded: set[Task], *, single: bool = False
     ) -> tuple[bool, int]:
         """Add whole-job batches read from a victim leaf (``steps``, a
-        :class:`~kai.solvers.victims._LeafSteps`) from position ``pos`` down while the
+        :class:`~kai.actions.solvers.victims._LeafSteps`) from position ``pos`` down while the
         counting bound fails (``single``: one batch): the loop of
         :meth:`PoolVictimQueue.fast_forward`.  Returns (whether it stopped because the
         bound holds or, if ``single``, a batch was added; the leaf position to go on from).
@@ -703,7 +704,7 @@ def _victim_queue(ssn: Session, candidates: list[Job]):
     heap) are built once per candidate list and copied.
     """
     from kai.actions.common import JobQueue
-    from kai.solvers.victims import VictimCandidates
+    from kai.actions.solvers.victims import VictimCandidates
 
     if isinstance(candidates, VictimCandidates):
         return candidates.queue(ssn)

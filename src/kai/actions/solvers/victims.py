@@ -7,7 +7,7 @@ execution instead:
 
 * every job that may ever be a victim in this action (valid, preemptible, in a known
   queue, with active allocated tasks) is kept per leaf queue in a list sorted by a
-  precomputed *order key* (:func:`kai.solvers.order.job_order_key`, equivalent to the
+  precomputed *order key* (:func:`kai.actions.solvers.order.job_order_key`, equivalent to the
   session's job order), so victim order (reverse job order) is the list read backwards;
 * after each committed statement only the jobs the statement touched are re-keyed
   (:meth:`VictimPool.update`);
@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kai.actions.common import JobQueue
+from kai.actions.solvers.order import LeafPool
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
-from kai.solvers.order import LeafPool
 
 if TYPE_CHECKING:
-    from kai.solvers.scenario import AccumulatedState, Eviction
+    from kai.actions.solvers.scenario import AccumulatedState, Eviction
 
 
 def potential_victim(ssn: Session, job: Job) -> bool:
@@ -205,7 +205,7 @@ class _LeafSteps:
 
     def extend(self, ssn: Session) -> bool:
         """Read down to the next accepted job; False when the leaf has no more."""
-        from kai.solvers.scenario import whole_job_eviction
+        from kai.actions.solvers.scenario import whole_job_eviction
 
         entries, accepts, memo = self.entries, self.cands.accepts, self.cands.evictions
         while self.low > 0:
@@ -303,7 +303,7 @@ class _Leaf:
         self.head: tuple[Any, int, Job] | None = None  # (key, seq, view) of the base head
 
     def _base_head(self) -> tuple[Any, int, Job] | None:
-        from kai.solvers.scenario import job_view
+        from kai.actions.solvers.scenario import job_view
 
         if self.head is None:
             entries, accepts = self.entries, self.cands.accepts

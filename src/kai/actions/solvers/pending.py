@@ -22,9 +22,9 @@ from itertools import count
 from typing import Any
 
 from kai.actions.common import PENDING_AT_START, JobQueue
+from kai.actions.solvers.order import LeafPool
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
-from kai.solvers.order import LeafPool
 
 #: Where an eviction action keeps its pool for the simulations (``ssn.cache``).
 POOL_KEY = "solver.pending_pool"

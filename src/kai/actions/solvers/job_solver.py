@@ -26,13 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kai.api.model import ACTIVE_USED, Job, Task
-from kai.api.resources import GPU
-from kai.framework.session import Session, tasks_to_allocate
-from kai.framework.statement import DIFFERS, Statement
-from kai.solvers.budget import ActionBudget, JobBudget
-from kai.solvers.generators import GENERATORS, Generator
-from kai.solvers.scenario import (
+from kai.actions.solvers.budget import ActionBudget, JobBudget
+from kai.actions.solvers.generators import GENERATORS, Generator
+from kai.actions.solvers.scenario import (
     COUNT_SLACK,
     Fingerprint,
     Scenario,
@@ -42,7 +38,11 @@ from kai.solvers.scenario import (
     node_gpu_capacity,
     pending_key,
 )
-from kai.solvers.simulate import Simulation, Validator, simulate
+from kai.actions.solvers.simulate import Simulation, Validator, simulate
+from kai.api.model import ACTIVE_USED, Job, Task
+from kai.api.resources import GPU
+from kai.framework.session import Session, tasks_to_allocate
+from kai.framework.statement import DIFFERS, Statement
 
 log = logging.getLogger(__name__)
 
