@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from kai.actions.common import describe_failures
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.api.resources import (
@@ -46,6 +47,12 @@ from kai.api.resources import (
     vector_shortage,
 )
 from kai.framework.session import Decision, Session
+from kai.plugins.ordering import (
+    KUBEFLOW_ROLE_LABEL,
+    RAY_NODE_TYPE_LABEL,
+    TASK_PRIORITY_LABEL,
+    _task_priority,
+)
 from kai.plugins.proportion import allocatable_shares
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
@@ -168,12 +175,6 @@ def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]]:
     A pod without any of those labels gets the same value from every key, so a gang
     whose pods carry none of them is ordered by the default key alone.
     """
-    from kai.plugins.ordering import (
-        KUBEFLOW_ROLE_LABEL,
-        RAY_NODE_TYPE_LABEL,
-        TASK_PRIORITY_LABEL,
-        _task_priority,
-    )
 
     def taskorder(task: Task) -> tuple:
         p = _task_priority(task)
@@ -498,8 +499,6 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
 
 def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.ndarray) -> None:
     """Record why each failed attempt (in attempt order) did not place its job."""
-    from kai.actions.common import describe_failures
-
     jobs, tasks = plan.jobs, plan.tasks
     n_nodes = len(ssn.nodes)
     names = ssn.state.resources.names

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from kai.actions.solvers.scenario import AccumulatedState, Scenario, accumulate
+from kai.actions.solvers.scenario import AccumulatedState, Scenario, accumulate, node_gpu_capacity
 from kai.api.model import Job, Task
 from kai.framework.session import Session
 
@@ -108,8 +108,6 @@ def multi_node_gang(
 def _prefix_subsets(
     ssn: Session, state: AccumulatedState, feasible: np.ndarray
 ) -> Iterator[set[int]]:
-    from kai.actions.solvers.scenario import node_gpu_capacity
-
     # GPUs per node before the batches: idle and releasing, plus what the recorded
     # victims free on every node (also where no batch adds a victim).
     base = node_gpu_capacity(ssn)

@@ -177,14 +177,12 @@ def simulation_queue(ssn: Session, participants: list[Job], replaces: set[Job]) 
     if pool is not None:
         return SimulationQueue(ssn, pool, participants, replaces)
     # Some job order has no sort key: the pending jobs by pairwise comparison.
-    from kai.actions.common import JobQueue as _Queue
-
     others = [
         job
         for job in ssn.jobs.values()
         if job not in replaces and job.queue in ssn.queues and job.has_pending()
     ]
-    return _FilteredQueue(_Queue(ssn, [*others, *participants]), set(participants))
+    return _FilteredQueue(JobQueue(ssn, [*others, *participants]), set(participants))
 
 
 class _FilteredQueue(JobQueue):

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from kai.actions.common import JobQueue
+from kai.actions.solvers.victims import VictimCandidates
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.api.resources import GPU
 from kai.backends._common import EPS, IncrementalFit
@@ -703,9 +705,6 @@ def _victim_queue(ssn: Session, candidates: list[Job]):
     of a job starts from the same candidates: the sorted leaf heaps (a sorted list is a
     heap) are built once per candidate list and copied.
     """
-    from kai.actions.common import JobQueue
-    from kai.actions.solvers.victims import VictimCandidates
-
     if isinstance(candidates, VictimCandidates):
         return candidates.queue(ssn)
     key = ("solver.victim_heaps", id(candidates))

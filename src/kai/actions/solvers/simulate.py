@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kai.actions.common import allocate_job, allocate_task
+from kai.actions.solvers.pending import partial_view, simulation_queue
 from kai.actions.solvers.scenario import COUNT_SLACK, Scenario
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.resources import GPU
@@ -42,8 +44,6 @@ def place_tasks(
     ssn: Session, stmt: Statement, job: Job, tasks: list[Task], within: np.ndarray
 ) -> bool:
     """Pipeline ``tasks`` of ``job`` all together, or nothing."""
-    from kai.actions.common import allocate_task
-
     if ssn.is_job_over_capacity(job, tasks):
         return False
     checkpoint = stmt.checkpoint()
@@ -127,9 +127,6 @@ def simulate(
     validator: Validator,
     action: str,
 ) -> Simulation:
-    from kai.actions.common import allocate_job
-    from kai.actions.solvers.pending import partial_view, simulation_queue
-
     victims = scenario.victim_tasks()
     if not victims:
         return Simulation(False)
