@@ -450,3 +450,54 @@ def test_reclaim_may_leave_an_elastic_victim_below_its_min_member() -> None:
         "j07-0": ("Releasing", "node2"),
         "j07-1": ("Pending", None),
     }
+
+
+def test_a_node_local_probe_records_each_victim_job_whole() -> None:
+    # Preempting for j08 (4 GPUs): the first probe's node-local scenario on node0 takes
+    # j07 and both of j09's pods (two batches of the elastic job, one victim of the
+    # job in KAI's scenario) and puts j09-0 back. The probe records j09 whole, so the
+    # final probe evicts both j09 pods again; j09 (minMember 1) gets one back, j09-0 on
+    # node0, and j09-1 stays releasing.
+    nodes = {"node0": 8, "node1": 8}
+    queues = [leaf("q0", 0, -1, 1, "default", 0), leaf("q1", 8, -1, 1, "default", 1)]
+
+    def spread() -> list:
+        return [T("Running", "node1"), T("Running", "node0"), T("Running", "node1")]
+
+    jobs = [
+        J("j08", "q1", [T("Pending")], gpus=4, priority=100),
+        J("j00", "q1", spread(), gpus=1, priority=50),
+        J(
+            "j07",
+            "q1",
+            [T("Running", "node1"), T("Running", "node0"), T("Running", "node0")],
+            gpus=1,
+            priority=50,
+        ),
+        J(
+            "j09",
+            "q1",
+            [T("Running", "node0"), T("Running", "node0")],
+            gpus=1,
+            priority=50,
+            min_member=1,
+        ),
+        J("j04", "q1", [T("Running", "node1")], gpus=1, priority=50),
+        J("j02", "q0", spread(), gpus=2, priority=50),
+    ]
+    result = run(build(nodes, queues, jobs), ["preempt"])
+    assert statuses(result) == {
+        "j00-0": ("Running", "node1"),
+        "j00-1": ("Running", "node0"),
+        "j00-2": ("Running", "node1"),
+        "j02-0": ("Running", "node1"),
+        "j02-1": ("Running", "node0"),
+        "j02-2": ("Running", "node1"),
+        "j04-0": ("Running", "node1"),
+        "j07-0": ("Releasing", "node1"),
+        "j07-1": ("Releasing", "node0"),
+        "j07-2": ("Releasing", "node0"),
+        "j08-0": ("Pipelined", "node0"),
+        "j09-0": ("Running", "node0"),
+        "j09-1": ("Releasing", "node0"),
+    }

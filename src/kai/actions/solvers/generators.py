@@ -48,7 +48,7 @@ def node_local_greedy(
 ) -> Iterator[Scenario]:
     # As KAI-Scheduler's NodeLocalGreedy: for each node of the latest victim's job (all
     # its placed pods, not only its latest batch), the batches of every job with a
-    # batch on that node.
+    # batch on that node, grouped per job.
     seen: set[frozenset[int]] = set()
     names = ssn.nodes.names
     by_job: dict[Job, list[int]] = {}  # batch indices of each job, kept up to date
@@ -81,7 +81,14 @@ def node_local_greedy(
             if key in seen:
                 continue
             seen.add(key)
-            yield _scenario(state, preemptor, pending, indices)
+            scenario = _scenario(state, preemptor, pending, indices)
+            # KAI-Scheduler's node-local scenario holds one victim representative per
+            # job, with the tasks of all its batches: a probe records it whole.
+            per_job: dict[Job, list[Task]] = {}
+            for batch in scenario.batches:
+                per_job.setdefault(batch.job, []).extend(batch.tasks)
+            scenario.groups = list(per_job.values())
+            yield scenario
 
 
 def multi_node_gang(

@@ -251,13 +251,14 @@ class JobSolver:
     @staticmethod
     def _used(got: _Probe, recorded: Recorded) -> Recorded:
         """The victim groups a successful probe used, as KAI records them: each recorded
-        group and each batch of its scenario of which it evicted or moved any task, whole
-        (a task of such a group it put back is evicted again by the next probe); groups
-        it put back entirely are no longer recorded."""
+        group and each victim group of its scenario (:meth:`Scenario.victim_groups`) of
+        which it evicted or moved any task, whole (a task of such a group it put back is
+        evicted again by the next probe); groups it put back entirely are no longer
+        recorded."""
         sim, scenario = got.sim, got.scenario
         assert sim is not None and scenario is not None
         used = {*(sim.preempted or ()), *(sim.moved or ())}
-        groups = [*recorded, *(batch.tasks for batch in scenario.batches)]
+        groups = [*recorded, *scenario.victim_groups()]
         return [group for group in groups if not used.isdisjoint(group)]
 
     @staticmethod

@@ -42,6 +42,17 @@ class Scenario:
     recorded: list[Task]  # victims of earlier successful probes
     batches: list[VictimBatch] = field(default_factory=list)
     recorded_uids: frozenset[str] | None = None  # of ``recorded``, when known
+    # The potential victims as groups a successful probe records whole (see
+    # :meth:`victim_groups`); None: each batch is a group.
+    groups: list[list[Task]] | None = None
+
+    def victim_groups(self) -> list[list[Task]]:
+        """The scenario's potential victims in the groups a probe records whole: its
+        batches, or the groups its generator formed (one per job for node-local
+        scenarios, as KAI-Scheduler's victim job representatives)."""
+        if self.groups is not None:
+            return self.groups
+        return [batch.tasks for batch in self.batches]
 
     def victim_tasks(self) -> list[Task]:
         out = list(self.recorded)
