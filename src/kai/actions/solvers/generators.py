@@ -84,10 +84,7 @@ def node_local_greedy(
             scenario = _scenario(state, preemptor, pending, indices)
             # KAI-Scheduler's node-local scenario holds one victim representative per
             # job, with the tasks of all its batches: a probe records it whole.
-            per_job: dict[Job, list[Task]] = {}
-            for batch in scenario.batches:
-                per_job.setdefault(batch.job, []).extend(batch.tasks)
-            scenario.groups = list(per_job.values())
+            scenario.grouped_by_job = True
             yield scenario
 
 

@@ -42,17 +42,20 @@ class Scenario:
     recorded: list[Task]  # victims of earlier successful probes
     batches: list[VictimBatch] = field(default_factory=list)
     recorded_uids: frozenset[str] | None = None  # of ``recorded``, when known
-    # The potential victims as groups a successful probe records whole (see
-    # :meth:`victim_groups`); None: each batch is a group.
-    groups: list[list[Task]] | None = None
+    # Whether a successful probe records the victims one group per job (node-local
+    # scenarios, as KAI-Scheduler's victim job representatives) or one per batch.
+    grouped_by_job: bool = False
 
     def victim_groups(self) -> list[list[Task]]:
         """The scenario's potential victims in the groups a probe records whole: its
-        batches, or the groups its generator formed (one per job for node-local
-        scenarios, as KAI-Scheduler's victim job representatives)."""
-        if self.groups is not None:
-            return self.groups
-        return [batch.tasks for batch in self.batches]
+        batches, or with :attr:`grouped_by_job` the tasks of all the batches of each
+        job (in the order the jobs' first batches come)."""
+        if not self.grouped_by_job:
+            return [batch.tasks for batch in self.batches]
+        per_job: dict[Job, list[Task]] = {}
+        for batch in self.batches:
+            per_job.setdefault(batch.job, []).extend(batch.tasks)
+        return list(per_job.values())
 
     def victim_tasks(self) -> list[Task]:
         out = list(self.recorded)
