@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import bench_session, require_actions, size_arg
-from kai.bench import _plugins_config
+from kai.bench import SCENARIOS, scenario_config
 from kai.bench_clusters import cluster_fill, fractional, storm
 from kai.framework.plugin import plugin_names
 from kai.plugins import register_builtins
@@ -42,7 +42,7 @@ def test_loadaware(benchmark):
         benchmark,
         cluster_fill(n, pods=n, gang_fraction=0.0),
         ["allocate"],
-        config=_plugins_config(("loadaware",)),
+        config=scenario_config(SCENARIOS["loadaware"]),
         rounds=1,
     )
 

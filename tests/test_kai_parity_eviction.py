@@ -991,6 +991,45 @@ def test_consolidation_never_moves_non_preemptible_pods():
     assert out["decisions"] == []
 
 
+@pytest.mark.parametrize(
+    ("limit", "moved", "freed"),
+    [(0, None, None), (1, None, None), (2, "b", "n1"), (None, "c", "n2")],
+)
+def test_consolidation_considers_at_most_the_limit_plus_one_victim_jobs(limit, moved, freed):
+    # maxNumberConsolidationPreemptees (KAI's --max-consolidation-preemptees, default 16):
+    # one job's search considers at most limit + 1 preemptible running jobs (KAI takes
+    # them in map order, kai in the snapshot's order of jobs); 0 turns consolidation
+    # off.  Moving a1 or a2 frees nothing useful; moving b or c frees a node for e, and
+    # with every job a candidate the newest, c, is moved.
+    objs = [
+        gnode("n0", 2),
+        gnode("n1", 2),
+        gnode("n2", 2),
+        gnode("n3", 1),
+        gnode("n4", 1),
+        dept(),
+        leaf("q0"),
+        *job("z", "q0", gpus=2, pods=["n0"], pc="build", created=0),
+        *job("a1", "q0", pods=["n3"], created=1),
+        *job("a2", "q0", pods=["n4"], created=2),
+        *job("b", "q0", pods=["n1"], created=3),
+        *job("c", "q0", pods=["n2"], created=4),
+        *job("e", "q0", gpus=2, created=5),
+    ]
+    if limit is not None:
+        objs.append(
+            {
+                "apiVersion": "kai.scheduler/v1",
+                "kind": "SchedulerConfiguration",
+                "maxNumberConsolidationPreemptees": limit,
+            }
+        )
+    out = act_out(objs, "consolidation")
+    assert evicted(out) == ([] if moved is None else [f"{moved}-0"])
+    placed = {k.split("/", 1)[1]: v for k, v in statuses(out).items()}["e-0"]
+    assert placed == (PENDING if freed is None else PIPE(freed))
+
+
 def test_consolidation_skips_a_job_equivalent_to_one_that_already_failed():
     # q0 is starved and goes first: c0 fails (q0's limit 3 < 2 + 2) and becomes the
     # representative of its signature (pods only -- the queue is not part of it).  c1 in

@@ -858,6 +858,7 @@ tiers:
 - plugins:
   - name: minruntime
 queueDepthPerAction: {reclaim: 100, preempt: "5"}
+maxNumberConsolidationPreemptees: 4
 reclaimMinRuntime: 10m
 preemptMinRuntime: 30s
 """
@@ -878,6 +879,7 @@ def test_scheduler_configuration():
         [PluginOption("minruntime", {})],
     ]
     assert cfg.queue_depth_per_action == {"reclaim": 100, "preempt": 5}
+    assert cfg.max_consolidation_preemptees == 4
     assert cfg.reclaim_min_runtime == 600.0 and cfg.preempt_min_runtime == 30.0
     assert cfg.source == Source("snap.yaml", 0)
 
@@ -921,6 +923,8 @@ def test_second_scheduler_configuration_is_an_error():
         ({"queueDepthPerAction": {"reclaim": "many"}}, "queueDepthPerAction.reclaim"),
         ({"queueDepthPerAction": {"reclaim": -1}}, "queueDepthPerAction.reclaim"),
         ({"reclaimMinRuntime": "-1s"}, "reclaimMinRuntime"),
+        ({"maxNumberConsolidationPreemptees": -2}, "maxNumberConsolidationPreemptees"),
+        ({"maxNumberConsolidationPreemptees": "all"}, "maxNumberConsolidationPreemptees"),
         ({"preemptMinRuntime": "1 hour"}, "preemptMinRuntime"),
     ],
 )

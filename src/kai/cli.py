@@ -439,6 +439,13 @@ def _duration_flag(name: str, default: str, help_: str):
     help="Binds sent to the API server in parallel.",
 )
 @click.option(
+    "--max-consolidation-preemptees",
+    type=click.IntRange(min=-1),
+    default=None,
+    help="Victim jobs one consolidation may move (0: no consolidation, -1: no limit). "
+    "[default: the configuration's maxNumberConsolidationPreemptees, else 16]",
+)
+@click.option(
     "--owner-resources",
     default="",
     help="Extra owner kinds whose metadata is read, comma-separated "
@@ -473,6 +480,7 @@ def run(
     qps,
     burst,
     bind_workers,
+    max_consolidation_preemptees,
     owner_resources,
     backend,
     log_level,
@@ -535,6 +543,8 @@ def run(
 
         config_obj = load_config_file(scheduler_conf)
     config = SchedulerConfig.from_object(config_obj)
+    if max_consolidation_preemptees is not None:
+        config.max_consolidation_preemptees = max_consolidation_preemptees
     from kai.k8s.client import KubeClient, KubeConfigError, parse_owner_resource
 
     owners = [r.strip() for r in owner_resources.split(",") if r.strip()]

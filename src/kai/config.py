@@ -27,6 +27,8 @@ DEFAULT_JOB_SEARCH = 240.0
 DEFAULT_GENERATOR_SEARCH = {"default": 120.0, "NodeLocalGreedy": 30.0, "MultiNodeGang": 120.0}
 SEARCH_ACTIONS = ("default", "reclaim", "preempt", "consolidation")
 SEARCH_GENERATORS = ("default", "NodeLocalGreedy", "MultiNodeGang")
+# KAI-Scheduler's --max-consolidation-preemptees default.
+MAX_CONSOLIDATION_PREEMPTEES = 16
 
 
 def search_limits_from(budgets: dict | None) -> SearchLimits:
@@ -162,6 +164,9 @@ class SchedulerConfig:
     search_limits: SearchLimits = field(default_factory=lambda: search_limits_from(None))
     # --use-scheduling-signatures: eviction actions skip jobs equivalent to failed ones.
     use_scheduling_signatures: bool = True
+    # --max-consolidation-preemptees: victim jobs one consolidation may move; 0 turns
+    # consolidation off, -1 lifts the limit (as KAI's own tests do).
+    max_consolidation_preemptees: int = MAX_CONSOLIDATION_PREEMPTEES
     # usageDBConfig: where a live scheduler reads queues' historical usage (None: all 0).
     usage_db: UsageDBConfig | None = None
 
@@ -232,6 +237,8 @@ class SchedulerConfig:
             search_limits=search_limits_from(obj.scenario_search_budgets if obj else None),
             usage_db=_usage_db(obj.usage_db if obj is not None else None),
         )
+        if obj is not None and obj.max_consolidation_preemptees is not None:
+            config.max_consolidation_preemptees = obj.max_consolidation_preemptees
         config.build_plugins()  # validate names and arguments now
         return config
 

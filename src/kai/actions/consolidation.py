@@ -15,12 +15,11 @@ from kai.actions.solvers.victims import potential_victim
 from kai.api.model import Job, Task
 from kai.framework.session import Session, tasks_to_allocate
 
-#: Most victim jobs one consolidation may consider (-1: unlimited, as KAI's tests use).
-MAX_CONSOLIDATION_PREEMPTEES = -1
-
 
 def consolidation(ssn: Session) -> None:
-    limit = ssn.cache.get("consolidation.max_preemptees", MAX_CONSOLIDATION_PREEMPTEES)
+    # Like KAI, a limit L lets one job's search consider up to L + 1 victim jobs.  KAI
+    # takes them in Go map order (unspecified); kai takes the first in snapshot order.
+    limit = ssn.config.max_consolidation_preemptees
     if limit == 0:
         return
 

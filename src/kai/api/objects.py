@@ -278,6 +278,8 @@ class SchedulerConfigObject:
     # the shard-level ``kValue`` that proportion takes when its own argument is unset.
     usage_db: Any = None
     k_value: Any = None
+    # maxNumberConsolidationPreemptees: victim jobs one consolidation may move (-1: any).
+    max_consolidation_preemptees: int | None = None
     source: Source | None = None
 
 

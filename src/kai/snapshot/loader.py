@@ -738,6 +738,7 @@ _CONFIG_KEYS = (
     "scenarioSearchBudgets",
     "usageDBConfig",
     "kValue",
+    "maxNumberConsolidationPreemptees",
 )
 _BUDGET_MAP_KEYS = ("maxActionSearchDuration", "maxGeneratorSearchDuration")
 _BUDGET_KEYS = ("maxJobSearchDuration", "minJobSearchDuration", *_BUDGET_MAP_KEYS)
@@ -844,6 +845,21 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
         except InputError as exc:
             raise _config_error(ctx, exc.message, exc.field) from None
 
+    preemptees = None
+    raw = body.get("maxNumberConsolidationPreemptees")
+    if raw is not None:
+        f = prefix + "maxNumberConsolidationPreemptees"
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            raise _config_error(ctx, f"expected an integer, got {raw!r}", f)
+        try:
+            preemptees = _int(ctx, raw, f)
+        except InputError as exc:
+            raise _config_error(ctx, exc.message, f) from None
+        if preemptees < -1:
+            raise _config_error(
+                ctx, f"expected -1 (no limit), 0 (no consolidation) or more, got {preemptees}", f
+            )
+
     return SchedulerConfigObject(
         actions=actions,
         tiers=tiers,
@@ -853,6 +869,7 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
         scenario_search_budgets=_parse_search_budgets(ctx, body, prefix),
         usage_db=body.get("usageDBConfig"),
         k_value=body.get("kValue"),
+        max_consolidation_preemptees=preemptees,
         source=ctx.source(),
     )
 
