@@ -76,3 +76,131 @@ def test_a_proxy_leaves_writes_to_the_pool() -> None:
     cfg.host = "https://10.0.0.1:6443"
     cfg.proxy = "http://proxy.example:3128"
     assert not DirectConnections.usable(k8s.ApiClient(cfg))
+
+
+def test_credentials_are_read_again_after_a_refusal_or_their_lifetime(
+    server: RecordingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Credentials are reused between requests (reading them may re-read a kubeconfig),
+    # and read again once they are AUTH_TTL_SECONDS old or the server answered 401.
+    import kai.k8s.connections as connections
+
+    clock = [1000.0]
+    monkeypatch.setattr(connections.time, "monotonic", lambda: clock[0])
+    client = _client(server, token="old")
+    cfg = client.direct._cfg
+    asked = []
+    hook = lambda c: asked.append(1)  # noqa: E731 - the generated client's refresh hook
+    cfg.refresh_api_key_hook = hook
+    client.bind("team-a", "p-0", "node-7")
+    cfg.api_key = {"authorization": "new"}
+    client.bind("team-a", "p-1", "node-7")
+    assert [r.headers["authorization"] for r in server.requests] == ["Bearer old"] * 2
+    assert len(asked) == 1
+    clock[0] += connections.AUTH_TTL_SECONDS
+    client.bind("team-a", "p-2", "node-7")
+    assert server.requests[-1].headers["authorization"] == "Bearer new"
+    cfg.api_key = {"authorization": "newer"}
+    server.answer = (401, {"kind": "Status", "reason": "Unauthorized"})
+    with pytest.raises(k8s.ApiException):
+        client.bind("team-a", "p-3", "node-7")
+    server.answer = (200, {"kind": "Status", "status": "Success"})
+    client.bind("team-a", "p-4", "node-7")
+    assert server.requests[-1].headers["authorization"] == "Bearer newer"
+    client.close()
+
+
+class ScriptedServer:
+    """Answers the requests of each connection with the next scripted raw answers."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        import socket
+        import threading
+
+        self.answers = list(answers)
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                buf = b""
+                while self.answers:
+                    while b"\r\n\r\n" not in buf:
+                        data = conn.recv(65536)
+                        if not data:
+                            break
+                        buf += data
+                    if b"\r\n\r\n" not in buf:
+                        break
+                    head, _, rest = buf.partition(b"\r\n\r\n")
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        name, _, value = line.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    while len(rest) < length:
+                        rest += conn.recv(65536)
+                    self.requests.append(head + b"\r\n\r\n" + rest[:length])
+                    buf = rest[length:]
+                    answer = self.answers.pop(0)
+                    conn.sendall(answer)
+                    if b"Connection: close" in answer or b"Content-Length" not in answer:
+                        if b"chunked" not in answer:
+                            break  # the server ends the connection after this answer
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _scripted_client(url: str) -> KubeClient:
+    cfg = k8s.Configuration()
+    cfg.host = url
+    return KubeClient.from_configuration(cfg, qps=0)
+
+
+def test_answers_in_every_framing_are_read_whole() -> None:
+    # Chunked, after an informational answer, without a length (read until the server
+    # closes), and one that closes the connection: each is read whole, and the next
+    # request goes out on a fresh connection where the server closed it.
+    body = b'{"kind":"Status","status":"Success"}'
+    answers = [
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n%s\r\n" % (10, body[:10])
+        + b"%x;ext=1\r\n%s\r\n" % (len(body) - 10, body[10:])
+        + b"0\r\nTrailer: x\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body),
+        b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (len(body), body),
+        b"HTTP/1.0 201 Created\r\n\r\n" + body,
+        b"HTTP/1.1 409 Conflict\r\nContent-Length: 2\r\nAudit-Id: a-1\r\n\r\n{}",
+    ]
+    server = ScriptedServer(answers)
+    client = _scripted_client(server.url)
+    direct = client.direct
+    assert direct is not None
+    for i in range(4):
+        assert direct.request("POST", f"/api/v1/x{i}", {"n": i}) == body
+    with pytest.raises(k8s.ApiException) as info:
+        direct.request("DELETE", "/api/v1/x4")
+    assert info.value.status == 409 and info.value.body == "{}"
+    assert info.value.headers["audit-id"] == "a-1"
+    assert server.connections == 3  # kept alive, then anew after each close
+    first, delete = server.requests[0], server.requests[-1]
+    assert first.startswith(b"POST /api/v1/x0 HTTP/1.1\r\n")
+    assert b"\r\nContent-Type: application/json\r\n" in first
+    assert first.endswith(b'\r\nContent-Length: 7\r\n\r\n{"n":0}')
+    assert b"Content-Length" not in delete and delete.startswith(b"DELETE /api/v1/x4 ")
+    client.close()
+    server.close()
