@@ -90,6 +90,38 @@ def _perturb(
             meta["labels"] = {"kai.scheduler/queue": "q1"}
         elif roll < 0.50:
             spec["schedulingGates"] = [{"name": "wait"}]
+        elif roll < 0.55:
+            # What the API server returns: admission's default tolerations, conditions.
+            spec["tolerations"] = [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {"key": "dedicated", "value": "gpu"},
+            ]
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": rng.choice(("True", "False")),
+                    "lastProbeTime": None,
+                    "lastTransitionTime": "2026-01-01T11:58:00Z",
+                },
+                {"type": "Ready", "status": "False"},
+                {"type": "", "status": "True"},
+            ]
+        elif roll < 0.58:
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": "owner",
+                    "uid": "u-owner",
+                    "controller": rng.choice((True, False)),
+                    "blockOwnerDeletion": True,
+                }
+            ]
     for group in groups:
         roll = rng.random()
         if roll < 0.05:
@@ -242,6 +274,12 @@ BAD_PODS = [
     ("status", "phase", {"a": 1}),
     ("metadata", "labels", {"a": {"b": 1}}),
     ("metadata", "uid", {"x": 1}),
+    ("spec", "tolerations", [{"key": "k", "operator": ["Exists"]}]),
+    ("spec", "tolerations", {"key": "k"}),
+    ("status", "conditions", [{"type": "Ready", "lastTransitionTime": "never"}]),
+    ("status", "conditions", ["Ready"]),
+    ("metadata", "ownerReferences", [{"kind": "Job"}]),
+    ("metadata", "ownerReferences", [{"kind": "Job", "name": "j", "controller": "maybe"}]),
 ]
 
 

@@ -3,14 +3,21 @@
 
 ``add_items`` takes the items of a ``List`` document, ``add`` one object. A pod or pod
 group of the usual shape (string maps, containers with plain requests and limits, no
-affinity, tolerations, init containers, owners or deletion) is converted here: each
+affinity, init containers or deletion; for a pod group, no owners) is converted here: each
 distinct timestamp and quantity text is parsed once per load, and the object is
 written slot by slot (``kai/_fast/slots.pxd``). Anything else, including every input
 error, goes to the Python loader, which converts it or raises the error naming the
 file, document, object and field: results and messages are the Python loader's.
 """
 
-from kai.api.objects import EMPTY_MAP, PodGroupObject, PodObject, Source
+from kai.api.objects import (
+    EMPTY_MAP,
+    OwnerReference,
+    PodGroupObject,
+    PodObject,
+    Source,
+    Toleration,
+)
 from kai.api.quantity import parse_quantity, parse_time, to_canonical
 from kai.snapshot.loader import (
     ANNOTATION_LAST_EVICTION,
@@ -183,9 +190,75 @@ cdef object meta_name(object meta):
     return name, namespace
 
 
+cdef object tolerations(object value):
+    """spec.tolerations as the loader reads them (tolerationSeconds is not), or NO."""
+    if not value:
+        return EMPTY
+    if type(value) is not list:
+        return NO
+    out = []
+    for t in <list>value:
+        if type(t) is not dict:
+            return NO
+        key = opt_str((<dict>t).get("key"))
+        operator = opt_str((<dict>t).get("operator"))
+        val = opt_str((<dict>t).get("value"))
+        effect = opt_str((<dict>t).get("effect"))
+        if key is NO or operator is NO or val is NO or effect is NO:
+            return NO
+        out.append(Toleration(key or "", operator or "Equal", val or "", effect or ""))
+    return tuple(out)
+
+
+cdef object owner_references(object value):
+    """metadata.ownerReferences as the loader reads them, or NO."""
+    if not value:
+        return EMPTY
+    if type(value) is not list:
+        return NO
+    out = []
+    for ref in <list>value:
+        if type(ref) is not dict:
+            return NO
+        kind = (<dict>ref).get("kind")
+        name = (<dict>ref).get("name")
+        uid = opt_str((<dict>ref).get("uid"))
+        controller = (<dict>ref).get("controller")
+        if type(kind) is not str or not kind or type(name) is not str or not name:
+            return NO
+        if uid is NO or (controller is not None and type(controller) is not bool):
+            return NO
+        out.append(OwnerReference(kind, name, uid or "", controller is True))
+    return tuple(out)
+
+
+cdef object conditions(_Cache cache, object value):
+    """(type -> status, type -> lastTransitionTime) of status.conditions, or NO."""
+    if value is None:
+        return EMPTY_MAP, EMPTY_MAP
+    if type(value) is not list:
+        return NO
+    cdef dict statuses = {}
+    cdef dict times = {}
+    for cond in <list>value:
+        if type(cond) is not dict:
+            return NO
+        ctype = opt_str((<dict>cond).get("type"))
+        status = opt_str((<dict>cond).get("status"))
+        ts = cache.time((<dict>cond).get("lastTransitionTime"))
+        if ctype is NO or status is NO or ts is NO:
+            return NO
+        if not ctype:
+            continue
+        statuses[ctype] = status or ""
+        if ts is not None:
+            times[ctype] = ts
+    return (statuses or EMPTY_MAP), (times or EMPTY_MAP)
+
+
 cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, object source):
     """The PodObject of a usual Pod manifest, or NO."""
-    if meta.get("ownerReferences") or meta.get("deletionTimestamp") is not None:
+    if meta.get("deletionTimestamp") is not None:
         return NO
     spec = obj.get("spec")
     status = obj.get("status")
@@ -195,14 +268,15 @@ cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, obje
         status = {}
     if type(spec) is not dict or type(status) is not dict:
         return NO
-    for key in ("affinity", "tolerations", "initContainers", "overhead"):
+    for key in ("affinity", "initContainers", "overhead"):
         if (<dict>spec).get(key):
             return NO
     # Lists the loader checks even when empty: absent or [] only.
     if not empty_list((<dict>spec).get("schedulingGates")):
         return NO
-    if not empty_list((<dict>status).get("conditions")):
-        return NO
+    owners = owner_references(meta.get("ownerReferences"))
+    tolerated = tolerations((<dict>spec).get("tolerations"))
+    conds = conditions(cache, (<dict>status).get("conditions"))
     containers = (<dict>spec).get("containers")
     resources = pod_resources(cache, [] if containers is None else containers)
     uid = opt_str(meta.get("uid"))
@@ -221,15 +295,18 @@ cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, obje
         resources is NO or uid is NO or labels is NO or annotations is NO or created is NO
         or scheduler is NO or node_name is NO or priority_class is NO
         or node_selector is NO or phase is NO or nominated is NO or started is NO
+        or owners is NO or tolerated is NO or conds is NO
         or (priority is not None and type(priority) is not int)
     ):
         return NO
     requests, limits = <tuple>resources
+    condition_statuses, condition_times = <tuple>conds
     fields = (
-        name, namespace, uid or "", labels, annotations, EMPTY, created, None,
+        name, namespace, uid or "", labels, annotations, owners, created, None,
         scheduler or "default-scheduler", node_name or None, priority,
-        priority_class or None, node_selector, None, EMPTY, EMPTY, requests, limits,
-        phase or "Pending", EMPTY_MAP, EMPTY_MAP, nominated or None, EMPTY, started, source,
+        priority_class or None, node_selector, None, EMPTY, tolerated, requests, limits,
+        phase or "Pending", condition_statuses, condition_times, nominated or None, EMPTY,
+        started, source,
     )
     return make(PodObject, POD_DIRECT, POD_OFF, fields)
 
