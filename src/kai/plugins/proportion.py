@@ -465,6 +465,27 @@ class ProportionPlugin(Plugin):
             best = max(best, value / cap if cap > 0 else value * 1000.0)
         return best
 
+    def _order_view(self, share: QueueShare) -> tuple:
+        """What :meth:`queue_order` reads of a queue apart from its job: allocated,
+        over its fair share, deserved, allocatable share, dominant share.  Kept until
+        the queue's allocation or fair share changes (compared by value)."""
+        key = (share.allocated.tobytes(), share.fair_share.tobytes())
+        cached = share.__dict__.get("_order_view")
+        if cached is not None and cached[0] == key and cached[1] is self.total:
+            return cached[2]
+        alloc = share.allocated.tolist()
+        cap = share.allocatable_share().tolist()
+        view = (
+            alloc,
+            all(f < a for f, a in zip(share.fair_share.tolist(), alloc)),
+            share.deserved.tolist(),
+            cap,
+            self._dominant_share(cap, alloc),
+            any(c == 0 for c in cap),
+        )
+        share.__dict__["_order_view"] = (key, self.total, view)
+        return view
+
     def queue_order(
         self,
         left: QueueInfo,
@@ -477,41 +498,41 @@ class ProportionPlugin(Plugin):
         ls, rs = self.shares.get(left.name), self.shares.get(right.name)
         if ls is None or rs is None:
             return 0
-        lalloc, ralloc = ls.allocated.tolist(), rs.allocated.tolist()
+        lalloc, lover, ldeserved, lcap, lds_alone, lcap_zero = self._order_view(ls)
+        ralloc, rover, rdeserved, rcap, rds_alone, rcap_zero = self._order_view(rs)
 
         # 1. under-utilized queues before over-utilized ones
-        lover = all(f < a for f, a in zip(ls.fair_share.tolist(), lalloc))
-        rover = all(f < a for f, a in zip(rs.fair_share.tolist(), ralloc))
         if lover != rover:
             return 1 if lover else -1
         # 2. starved queues (within deserved even with the job) first
         lwith = [a + r for a, r in zip(lalloc, self._job_request(left_job).tolist())]
         rwith = [a + r for a, r in zip(ralloc, self._job_request(right_job).tolist())]
-        lstarved = _within(ls.deserved.tolist(), lwith)
-        rstarved = _within(rs.deserved.tolist(), rwith)
+        lstarved = _within(ldeserved, lwith)
+        rstarved = _within(rdeserved, rwith)
         if lstarved != rstarved:
             return -1 if lstarved else 1
         # 3. queue priority
         if ls.priority != rs.priority:
             return -1 if ls.priority > rs.priority else 1
         # 4. a queue that would use a resource it may not have goes last
-        lcap, rcap = ls.allocatable_share().tolist(), rs.allocatable_share().tolist()
-        lzero = any(c == 0 and t > 0 for c, t in zip(lcap, lwith))
-        rzero = any(c == 0 and t > 0 for c, t in zip(rcap, rwith))
+        lzero = lcap_zero and any(c == 0 and t > 0 for c, t in zip(lcap, lwith))
+        rzero = rcap_zero and any(c == 0 and t > 0 for c, t in zip(rcap, rwith))
         if lzero != rzero:
             return 1 if lzero else -1
         # 5. smaller dominant share with the job (and without the victims taken so far)
-        lvic = self._victims_vector(left_victims).tolist()
-        rvic = self._victims_vector(right_victims).tolist()
-        lds = self._dominant_share(lcap, [t - v for t, v in zip(lwith, lvic)])
-        rds = self._dominant_share(rcap, [t - v for t, v in zip(rwith, rvic)])
+        if left_victims:
+            lvic = self._victims_vector(left_victims).tolist()
+            lwith = [t - v for t, v in zip(lwith, lvic)]
+        if right_victims:
+            rvic = self._victims_vector(right_victims).tolist()
+            rwith = [t - v for t, v in zip(rwith, rvic)]
+        lds = self._dominant_share(lcap, lwith)
+        rds = self._dominant_share(rcap, rwith)
         if lds != rds:
             return -1 if lds < rds else 1
         # 6. smaller dominant share without it
-        lds = self._dominant_share(lcap, lalloc)
-        rds = self._dominant_share(rcap, ralloc)
-        if lds != rds:
-            return -1 if lds < rds else 1
+        if lds_alone != rds_alone:
+            return -1 if lds_alone < rds_alone else 1
         # 7. smaller allocatable share
         pairs = list(zip(lcap, rcap))
         if all(a <= b for a, b in pairs) and any(a < b for a, b in pairs):
