@@ -227,3 +227,25 @@ def test_a_job_that_succeeded_never_becomes_a_representative():
     s = statuses(out)
     assert s["default/r1-0"] == PIPE("n0") and s["default/r2-0"] == PIPE("n0")
     assert not any("equivalent" in e for e in out["podGroups"]["default/r2"]["explain"])
+
+
+def test_every_job_left_is_passed_over_with_the_representative_of_its_failure():
+    # Once every job left is equivalent to a failed one, the action passes them all over
+    # at once: each still records which failed job it is equivalent to, and a smaller
+    # job among them is still tried (and reclaims).
+    others = [o for i in range(12) for o in job(f"r{i}", "q1", gpus=2, created=10 + i)]
+    out = act_out(
+        [
+            *SIG_BASE,
+            *job("p", "q1", gpus=2, pc="build", created=9),
+            *others,
+            *job("s", "q1", gpus=1, created=30),
+        ],
+        "reclaim",
+    )
+    groups = out["podGroups"]
+    for i in range(12):
+        assert groups[f"default/r{i}"]["explain"] == [
+            "Reclaim: skipped, equivalent to already failed job default/p"
+        ]
+    assert statuses(out)["default/s-0"] == PIPE("n0")

@@ -45,7 +45,7 @@ def run_eviction_action(
     preemptible_only: bool,
     accept: Callable[[Job, Job], bool],
     validator: Callable[[Job], Validator],
-    admit: Callable[[Job], bool] | None = None,
+    refuse: Callable[[Job], str | None] | None = None,
     precheck: Callable[[Job], bool] | None = None,
     candidates: Callable[[Job], list[Job]] | None = None,
     accept_leaf: Callable[[Job, str], bool] | None = None,
@@ -59,9 +59,10 @@ def run_eviction_action(
     has no sort key (then the list is built per job).  ``accept_leaf(preemptor, queue)``,
     if given, is False only for leaf queues none of whose jobs ``accept`` takes.
 
-    ``admit(job)``, if given, is asked first: a job it turns away is not tried and does
-    not count as failed.  ``precheck(job)``, if given, is the attempt's first step (after
-    the signature and victim-invariant checks): a job it turns away has failed.
+    ``refuse(job)``, if given, is asked first: a job it gives a reason for (recorded as
+    the job's fit error) is not tried and does not count as failed.  ``precheck(job)``,
+    if given, is the attempt's first step (after the signature and victim-invariant
+    checks): a job it turns away has failed.
 
     A job no easier to place than one whose search already failed in this execution is
     not tried (:mod:`kai.actions.signatures`); failed jobs are kept per leaf queue and
@@ -70,7 +71,12 @@ def run_eviction_action(
     jobs = schedulable_jobs(ssn, preemptible_only=preemptible_only, check_preemption_delay=True)
     if not jobs:
         return  # nothing to place: skip the job queue and the victim pool
-    queue = JobQueue(ssn, jobs, max_depth=ssn.config.queue_depth_per_action.get(action))
+    queue = JobQueue(
+        ssn,
+        jobs,
+        max_depth=ssn.config.queue_depth_per_action.get(action),
+        reuse_comparisons=True,
+    )
     budget = ActionBudget(action, SearchLimits.for_session(ssn))
     pool = VictimPool.for_session(ssn) if candidates is None else None
     failed = (
@@ -96,31 +102,72 @@ def run_eviction_action(
     # The jobs with pending tasks, which order every simulation's re-allocation queue.
     pending = PendingPool.for_session(ssn)
 
+    def passed_over(job: Job) -> tuple[bool, str | None, list[Task]]:
+        """Whether the loop passes ``job`` over without trying it, the fit error it then
+        records, and the job's tasks.  Decided from the job, the cluster and the failed
+        representatives alone: nothing that trying another job would not change."""
+        if refuse is not None:
+            reason = refuse(job)
+            if reason is not None:
+                return True, reason, []
+        tasks = tasks_to_allocate(ssn, job)
+        if not tasks:
+            return True, None, tasks
+        equivalent = failed.equivalent_failed(job) if failed is not None else None
+        if equivalent is not None:
+            message = (
+                f"{action.capitalize()}: skipped, equivalent to already failed job {equivalent.key}"
+            )
+            return True, message, tasks
+        problem = victim_invariant_problem(ssn, job, tasks)
+        if problem:
+            return True, problem, tasks
+        return False, None, tasks
+
+    # A job the loop would try, found by the last check of the jobs left (see below).
+    tried_next: list[Job] = []
+
+    def rest_passed_over() -> list[tuple[Job, str | None]] | None:
+        """When the loop would pass over every job left in the queue: each with its fit
+        error.  Passing a job over changes nothing, so the order in which the queue
+        would pop them does not matter, and they need no queue comparisons."""
+        left = queue.jobs()
+        if tried_next and tried_next[0] in left:
+            # Usually still to be tried: then nothing more needs checking.
+            left.remove(tried_next[0])
+            left.insert(0, tried_next[0])
+        out = []
+        for job in left:
+            over, message, _ = passed_over(job)
+            if not over:
+                tried_next[:] = [job]
+                return None
+            out.append((job, message))
+        return out
+
     def solve_in_order() -> None:
+        check_rest = True  # at first, and after each failure (see rest_passed_over)
         while True:
+            if check_rest:
+                check_rest = False
+                rest = rest_passed_over()
+                if rest is not None:
+                    for job, message in rest:
+                        if message is not None:
+                            ssn.record_fit_error(job, message)
+                    return
             job = queue.pop()
             if job is None:
                 return
-            if admit is not None and not admit(job):
-                continue
-            tasks = tasks_to_allocate(ssn, job)
-            if not tasks:
-                continue
-            equivalent = failed.equivalent_failed(job) if failed is not None else None
-            if equivalent is not None:
-                ssn.record_fit_error(
-                    job,
-                    f"{action.capitalize()}: skipped, equivalent to already failed job "
-                    f"{equivalent.key}",
-                )
-                continue
-            problem = victim_invariant_problem(ssn, job, tasks)
-            if problem:
-                ssn.record_fit_error(job, problem)
+            over, message, _ = passed_over(job)
+            if over:
+                if message is not None:
+                    ssn.record_fit_error(job, message)
                 continue
             if precheck is not None and not precheck(job):
                 if failed is not None:
                     failed.failed(job)
+                    check_rest = True
                 continue
             ssn.on_job_solution_start()
             solver = JobSolver(ssn, budget, validator(job), action, partial(victims_of, job))
@@ -143,6 +190,7 @@ def run_eviction_action(
                 )
                 if failed is not None:
                     failed.failed(job)
+                    check_rest = True
 
     ssn.cache[POOL_KEY] = pending
     try:

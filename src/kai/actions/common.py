@@ -169,6 +169,10 @@ class JobQueue:
     def __len__(self) -> int:
         return sum(len(h) for h in self.heaps.values())
 
+    def jobs(self) -> list[Job]:
+        """The jobs left, in no particular order."""
+        return [entry.job for heap in self.heaps.values() for entry in heap]
+
     def _leaf_head(self, name: str) -> Job | None:
         """The next job of leaf queue ``name``; None when it has none (or is no leaf)."""
         heap = self.heaps.get(name)

@@ -29,21 +29,19 @@ def reclaim(ssn: Session) -> None:
 
         return check
 
-    def admit(job: Job) -> bool:
+    def refuse(job: Job) -> str | None:
         if ssn.can_reclaim_resources(job):
-            return True
-        ssn.record_fit_error(
-            job,
+            return None
+        return (
             f"Reclaim: not attempted, queue {job.queue!r} would exceed its fair share "
-            "(or, for a non-preemptible job, its quota) with this job",
+            "(or, for a non-preemptible job, its quota) with this job"
         )
-        return False
 
     run_eviction_action(
         ssn,
         "reclaim",
         preemptible_only=False,
-        admit=admit,
+        refuse=refuse,
         accept=accept,
         accept_leaf=lambda reclaimer, queue: queue != reclaimer.queue,
         validator=validator,
