@@ -152,9 +152,9 @@ def run_eviction_action(
                 check_rest = False
                 rest = rest_passed_over()
                 if rest is not None:
-                    for job, message in rest:
-                        if message is not None:
-                            ssn.record_fit_error(job, message)
+                    for left, reason in rest:
+                        if reason is not None:
+                            ssn.record_fit_error(left, reason)
                     return
             job = queue.pop()
             if job is None:

@@ -246,7 +246,7 @@ class _Connection:
         return _Answer(status, reason, headers, body, will_close)
 
     def _chunked(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size_line = self._line()
             if not size_line:
