@@ -411,3 +411,37 @@ def test_a_job_takes_its_pod_groups_times_and_a_view_keeps_every_field():
     assert view.tasks == [] and view.tasks is not job.tasks
     bare = Job("j", "j", "ns", None, 50, 1, True, "preemptible", None)
     assert bare.pod_group is None and bare.last_start_timestamp is None
+
+
+def test_a_job_queue_pops_alike_jobs_as_pop_would() -> None:
+    # pop_alike gives the job pop() would give next when nothing changed, or None.
+    from kai.actions.common import JobQueue, schedulable_jobs
+    from kai.bench_clusters import cluster_fill, random_cluster
+
+    hits = 0
+    builders = [random_cluster(seed, nodes=8, jobs=60) for seed in range(12)]
+    builders.append(cluster_fill(10, pods=120, gang_fraction=0.2))  # alike single pods
+    for seed, builder in enumerate(builders):
+        snap = kai.Snapshot.from_objects(builder.dicts())
+        config = SchedulerConfig.default()
+        ssn = Session(snap.state(), config, now=NOW)
+        ssn.open(config.build_plugins())
+        jobs = schedulable_jobs(ssn)
+        plain = JobQueue(ssn, jobs, reuse_comparisons=True)
+        expected = []
+        while (job := plain.pop()) is not None:
+            expected.append(job)
+        alike = JobQueue(ssn, jobs, reuse_comparisons=True)
+        got: list[Job] = []
+        last: Job | None = None
+        while True:
+            job = alike.pop_alike(last) if last is not None else None
+            hits += job is not None
+            job = job or alike.pop()
+            if job is None:
+                break
+            got.append(job)
+            last = job
+        assert got == expected, seed
+        ssn.close()
+    assert hits > 50

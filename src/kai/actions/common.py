@@ -234,6 +234,20 @@ class JobQueue:
         memo[pair] = (stamp, better)
         return better
 
+    def pop_alike(self, job: Job) -> Job | None:
+        """The job :meth:`pop` returns next when nothing changed since it returned
+        ``job``, if that is the next job of ``job``'s leaf and the queue order reads the
+        same of both (then every queue comparison repeats itself); else None."""
+        if self.victim_mode:
+            return None
+        heap = self.heaps.get(job.queue or "")
+        if not heap:
+            return None
+        key = self.ssn.queue_order_job_key(job)
+        if key is None or self.ssn.queue_order_job_key(heap[0].job) != key:
+            return None
+        return heapq.heappop(heap).job
+
     def pop(self) -> Job | None:
         best = self._best_among(self.children.get(None, []), {})
         if best is None:
