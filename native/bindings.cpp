@@ -93,7 +93,7 @@ py::tuple fit_mask(const F64& request, const F64& idle, const F64& releasing) {
 // --------------------------------------------------------------------------------- score
 
 py::array_t<double> binpack_score(const F64& non_allocated, const F64& allocatable,
-                                  const Bool& candidates) {
+                                  const Bool& candidates, double max_score) {
   const std::size_t n = vector_len(non_allocated, "non_allocated");
   require_len(allocatable, n, "allocatable");
   require_len(candidates, n, "candidates");
@@ -104,7 +104,7 @@ py::array_t<double> binpack_score(const F64& non_allocated, const F64& allocatab
   double* o = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    kai::score::binpack_score(na, al, ca, n, o);
+    kai::score::binpack_score(na, al, ca, n, max_score, o);
   }
   return out;
 }
@@ -356,7 +356,8 @@ PYBIND11_MODULE(_native, m) {
 
   // score
   m.def("binpack_score", &binpack_score, py::arg("non_allocated"), py::arg("allocatable"),
-        py::arg("candidates"), "KAI binpack node-placement score (0..9).");
+        py::arg("candidates"), py::arg("max_score"),
+        "KAI binpack node-placement score (0..max_score).");
   m.def("spread_score", &spread_score, py::arg("non_allocated"), py::arg("capacity"),
         "non_allocated / capacity, 0 where capacity <= 0.");
   m.def("best_node", &best_node, py::arg("scores"), py::arg("mask"),

@@ -207,7 +207,7 @@ def test_fit_mask_accepts_other_layouts(ref, other):
 
 
 def test_binpack_hand(backend):
-    out = backend.binpack_score(np.array([1.0, 2.0, 3.0]), np.full(3, 4.0), np.ones(3, bool))
+    out = backend.binpack_score(np.array([1.0, 2.0, 3.0]), np.full(3, 4.0), np.ones(3, bool), 9.0)
     assert out.dtype == np.float64
     assert out.tolist() == [9.0, 4.5, 0.0]
     # Node without the resource scores 0; a non-candidate outside the range gets the
@@ -216,13 +216,15 @@ def test_binpack_hand(backend):
         np.array([2.0, 4.0, 8.0, 6.0]),
         np.array([8.0, 8.0, 0.0, 8.0]),
         np.array([True, True, True, False]),
+        9.0,
     )
     assert out.tolist() == [9.0, 0.0, 0.0, 9.0 * (1.0 - (6.0 - 2.0) / (4.0 - 2.0))]
-    # min == max -> 9; max == 0 -> 0; no candidate -> 0
-    assert backend.binpack_score([3.0, 3.0], [4.0, 4.0], [True, True]).tolist() == [9.0, 9.0]
-    assert backend.binpack_score([0.0, 0.0], [4.0, 4.0], [True, True]).tolist() == [0.0, 0.0]
-    assert backend.binpack_score([1.0, 2.0], [4.0, 4.0], [False, False]).tolist() == [0.0, 0.0]
-    assert backend.binpack_score([], [], []).shape == (0,)
+    # min == max -> the maximum; max == 0 -> 0; no candidate -> 0; any scale
+    assert backend.binpack_score([3.0, 3.0], [4.0, 4.0], [True, True], 9.0).tolist() == [9.0, 9.0]
+    assert backend.binpack_score([0.0, 0.0], [4.0, 4.0], [True, True], 9.0).tolist() == [0.0, 0.0]
+    assert backend.binpack_score([1.0, 2.0], [4.0, 4.0], [False, False], 9.0).tolist() == [0.0, 0.0]
+    assert backend.binpack_score([], [], [], 9.0).shape == (0,)
+    assert backend.binpack_score([1.0, 3.0], [4.0, 4.0], [True, True], 2.0).tolist() == [2.0, 0.0]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -233,10 +235,10 @@ def test_binpack_equivalence(ref, other, seed):
             non_allocated = _values(rng, n, [0.0, 1.0, 2.0, 3.0, 8.0])
             allocatable = _values(rng, n, [-1.0, 0.0, 4.0, 8.0])
             candidates = _mask(rng, n, mode)
-            run_same(ref, other, "binpack_score", non_allocated, allocatable, candidates)
+            run_same(ref, other, "binpack_score", non_allocated, allocatable, candidates, 9.0)
             flat = np.full(n, 2.0)  # min == max
-            run_same(ref, other, "binpack_score", flat, np.abs(allocatable), candidates)
-            run_same(ref, other, "binpack_score", np.zeros(n), allocatable, candidates)
+            run_same(ref, other, "binpack_score", flat, np.abs(allocatable), candidates, 9.0)
+            run_same(ref, other, "binpack_score", np.zeros(n), allocatable, candidates, 9.0)
 
 
 def test_spread_hand(backend):

@@ -33,10 +33,6 @@ enum Comp : i64 { kAvail = 1, kZero = 2, kResType = 3, kNominated = 4, kPlacemen
 // Attempt kinds.
 enum Kind : i64 { kOk = 0, kNoTasks = 1, kOverLimit = 2, kOverQuota = 3, kNoNode = 4 };
 
-constexpr double kMaxScore = 9.0;
-constexpr double kAvailability = 1000.0;
-constexpr double kResourceType = 10.0;
-constexpr double kNominatedScore = 10000000.0;
 constexpr int kMaxBuckets = 4096;
 
 struct In {
@@ -46,6 +42,7 @@ struct In {
   i64 gpu = 2, cpu = 0;
   const bool* pred = nullptr;
   const i64* comps = nullptr;
+  const double* comp_scale = nullptr;  // each component's score, from its plugin
   bool gpu_binpack = true, cpu_binpack = true;
   const double* task_req = nullptr;
   const double* task_qvec = nullptr;
@@ -625,15 +622,16 @@ class Loop {
       double s = 0.0;
       for (i64 c = 0; c < in_.C; ++c) {
         double v = 0.0;
+        const double scale = in_.comp_scale[c];
         switch (in_.comps[c]) {
           case kAvail:
-            v = fits(rq, n, true) ? kAvailability : 0.0;
+            v = fits(rq, n, true) ? scale : 0.0;
             break;
           case kResType:
-            v = (!gpu_task && in_.allocatable[n * R + in_.gpu] <= 0) ? kResourceType : 0.0;
+            v = (!gpu_task && in_.allocatable[n * R + in_.gpu] <= 0) ? scale : 0.0;
             break;
           case kNominated:
-            v = n == nom ? kNominatedScore : 0.0;
+            v = n == nom ? scale : 0.0;
             break;
           case kPlacement: {
             const double na = idle(n)[res] + rel(n)[res];
@@ -642,9 +640,9 @@ class Loop {
               if (!any_valid || hi == 0.0 || !(alloc > 0.0)) {
                 v = 0.0;
               } else if (lo == hi) {
-                v = kMaxScore;
+                v = scale;
               } else {
-                v = kMaxScore * (1.0 - (na - lo) / (hi - lo));
+                v = scale * (1.0 - (na - lo) / (hi - lo));
               }
             } else {
               const double cap = gpu_task ? in_.cap_gpu[n] : alloc;
@@ -924,6 +922,7 @@ py::dict allocate_loop(const py::dict& d) {
   auto cap_gpu = get<F64>(d, "cap_gpu", N);
   auto pred = get<Bool>(d, "pred_masks", static_cast<std::size_t>(in.S * in.P) * N);
   auto comps = get<I64>(d, "comps", static_cast<std::size_t>(in.C));
+  auto comp_scale = get<F64>(d, "comp_scale", static_cast<std::size_t>(in.C));
   auto task_req = get<F64>(d, "task_req", T * R);
   auto task_qvec = get<F64>(d, "task_qvec", T * 3);
   auto task_sig = get<I64>(d, "task_sig", T);
@@ -970,6 +969,7 @@ py::dict allocate_loop(const py::dict& d) {
   in.cap_gpu = cap_gpu.data();
   in.pred = pred.data();
   in.comps = comps.data();
+  in.comp_scale = comp_scale.data();
   in.task_req = task_req.data();
   in.task_qvec = task_qvec.data();
   in.task_sig = task_sig.data();

@@ -6,7 +6,8 @@
 namespace kai::score {
 
 void binpack_score(const double* non_allocated, const double* allocatable,
-                   const bool* candidates, std::size_t num_nodes, double* out) noexcept {
+                   const bool* candidates, std::size_t num_nodes, double max_score,
+                   double* out) noexcept {
   // Range of non-allocated amounts over the candidate nodes that have the resource.
   bool have = false;
   double lo = 0.0;
@@ -26,9 +27,9 @@ void binpack_score(const double* non_allocated, const double* allocatable,
     if (!(allocatable[n] > 0.0) || !have || hi == 0.0) {
       out[n] = 0.0;
     } else if (lo == hi) {
-      out[n] = kMaxScore;
+      out[n] = max_score;
     } else {
-      out[n] = kMaxScore * (1.0 - (non_allocated[n] - lo) / (hi - lo));
+      out[n] = max_score * (1.0 - (non_allocated[n] - lo) / (hi - lo));
     }
   }
 }

@@ -8,17 +8,15 @@
 
 namespace kai::score {
 
-/// Maximum node-placement score (KAI nodeplacement plugin scale).
-inline constexpr double kMaxScore = 9.0;
-
-/// KAI "binpack" node-placement score for one resource.
+/// KAI "binpack" node-placement score for one resource, on a 0..max_score scale.
 ///
 /// min/max of non_allocated are taken over nodes with candidates[n] && allocatable[n] > 0.
 /// Per node: 0 if allocatable[n] <= 0, if no such node exists or if max == 0;
-/// kMaxScore if min == max; otherwise kMaxScore * (1 - (non_allocated[n] - min) / (max - min)).
+/// max_score if min == max; otherwise max_score * (1 - (non_allocated[n] - min) / (max - min)).
 /// Non-candidate nodes get the formula value too (the caller masks them).
 void binpack_score(const double* non_allocated, const double* allocatable,
-                   const bool* candidates, std::size_t num_nodes, double* out) noexcept;
+                   const bool* candidates, std::size_t num_nodes, double max_score,
+                   double* out) noexcept;
 
 /// "Spread" score: non_allocated[n] / capacity[n], 0 where capacity[n] <= 0.
 void spread_score(const double* non_allocated, const double* capacity, std::size_t num_nodes,

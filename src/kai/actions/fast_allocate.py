@@ -54,6 +54,7 @@ from kai.plugins.ordering import (
     _task_priority,
 )
 from kai.plugins.proportion import allocatable_shares
+from kai.plugins.scoring import AVAILABILITY, MAX_HIGH_DENSITY, NOMINATED_NODE, RESOURCE_TYPE
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
 
@@ -64,6 +65,14 @@ _COMPONENTS = {
     "resourcetype": 3,
     "nominatednode": 4,
     "nodeplacement": 5,
+}
+# The score each component gives (nodeplacement's: the most it gives), the plugins' own.
+_COMPONENT_SCALE = {
+    "nodeavailability": AVAILABILITY,
+    "gpusharingorder": 0.0,  # no shared device on the fast path
+    "resourcetype": RESOURCE_TYPE,
+    "nominatednode": NOMINATED_NODE,
+    "nodeplacement": MAX_HIGH_DENSITY,
 }
 _JOB_ORDER = {"priority", "elastic"}
 _TASK_ORDER = {"taskorder", "kubeflow", "ray"}
@@ -380,7 +389,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
             masks[s, p] = ok
 
     # ---- scoring
-    comps = [_COMPONENTS[reg.plugin] for reg in ssn.registered("batch_node_order")]
+    scorers = [reg.plugin for reg in ssn.registered("batch_node_order")]
+    comps = [_COMPONENTS[name] for name in scorers]
     placement = plugins.get("nodeplacement")
     gpu_binpack = placement is None or placement.gpu == "binpack"
     cpu_binpack = placement is None or placement.cpu == "binpack"
@@ -412,6 +422,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "cap_gpu": np.asarray(cap_gpu, dtype=np.float64),
         "pred_masks": masks,
         "comps": np.array(comps, dtype=np.int64),
+        "comp_scale": np.array([_COMPONENT_SCALE[name] for name in scorers], dtype=np.float64),
         "task_req": task_req,
         "task_qvec": task_qvec,
         "task_sig": task_sig,

@@ -15,10 +15,6 @@ from numba import njit
 
 EPS = 1e-9
 UNLIMITED = -1.0
-MAX_SCORE = 9.0
-AVAILABILITY = 1000.0
-RESOURCE_TYPE = 10.0
-NOMINATED = 10000000.0
 MAX_BUCKETS = 4096
 
 K_OK, K_NO_TASKS, K_OVER_LIMIT, K_OVER_QUOTA, K_NO_NODE = 0, 1, 2, 3, 4
@@ -367,6 +363,7 @@ def _select_generic(
     cap_gpu,
     pred,
     comps,
+    comp_scale,
     gpu,
     cpu,
     gpu_binpack,
@@ -411,13 +408,14 @@ def _select_generic(
         s = 0.0
         for c in range(comps.shape[0]):
             code = comps[c]
+            scale = comp_scale[c]
             v = 0.0
             if code == 1:
-                v = AVAILABILITY if _fits(rq, idle, rel, n, True) else 0.0
+                v = scale if _fits(rq, idle, rel, n, True) else 0.0
             elif code == 3:
-                v = RESOURCE_TYPE if (not gpu_task and allocatable[n, gpu] <= 0) else 0.0
+                v = scale if (not gpu_task and allocatable[n, gpu] <= 0) else 0.0
             elif code == 4:
-                v = NOMINATED if n == nom else 0.0
+                v = scale if n == nom else 0.0
             elif code == 5:
                 na = idle[n, res] + rel[n, res]
                 alloc = allocatable[n, res]
@@ -425,9 +423,9 @@ def _select_generic(
                     if (not any_valid) or hi == 0.0 or not (alloc > 0.0):
                         v = 0.0
                     elif lo == hi:
-                        v = MAX_SCORE
+                        v = scale
                     else:
-                        v = MAX_SCORE * (1.0 - (na - lo) / (hi - lo))
+                        v = scale * (1.0 - (na - lo) / (hi - lo))
                 else:
                     cap = cap_gpu[n] if gpu_task else alloc
                     v = na / cap if cap > 0.0 else 0.0
@@ -450,6 +448,7 @@ def _select(
     cap_gpu,
     pred,
     comps,
+    comp_scale,
     gpu,
     cpu,
     gpu_binpack,
@@ -485,6 +484,7 @@ def _select(
         cap_gpu,
         pred,
         comps,
+        comp_scale,
         gpu,
         cpu,
         gpu_binpack,
@@ -528,6 +528,7 @@ def _loop(
     cpu,
     pred,
     comps,
+    comp_scale,
     gpu_binpack,
     cpu_binpack,
     task_req,
@@ -783,6 +784,7 @@ def _loop(
                 cap_gpu,
                 pred,
                 comps,
+                comp_scale,
                 gpu,
                 cpu,
                 gpu_binpack,
@@ -982,6 +984,7 @@ def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
         int(d["cpu_col"]),
         arr("pred_masks", np.bool_, (s, p, n)),
         arr("comps", i64, (int(d["C"]),)),
+        arr("comp_scale", f64, (int(d["C"]),)),
         bool(d["gpu_binpack"]),
         bool(d["cpu_binpack"]),
         arr("task_req", f64, (t, r)),

@@ -12,7 +12,6 @@ import numpy as np
 from numba import njit
 
 UNLIMITED = -1.0
-MAX_SCORE = 9.0
 
 # ----------------------------------------------------------------------------------- fit
 
@@ -42,7 +41,7 @@ def fit_mask(request, idle, releasing, eps):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def binpack_score(non_allocated, allocatable, candidates):  # pragma: no cover - compiled
+def binpack_score(non_allocated, allocatable, candidates, max_score):  # pragma: no cover
     n = non_allocated.shape[0]
     out = np.zeros(n, dtype=np.float64)
     have = False
@@ -67,9 +66,9 @@ def binpack_score(non_allocated, allocatable, candidates):  # pragma: no cover -
         if not (allocatable[i] > 0.0):
             continue
         if lo == hi:
-            out[i] = MAX_SCORE
+            out[i] = max_score
         else:
-            out[i] = MAX_SCORE * (1.0 - (non_allocated[i] - lo) / (hi - lo))
+            out[i] = max_score * (1.0 - (non_allocated[i] - lo) / (hi - lo))
     return out
 
 

@@ -31,8 +31,10 @@ def fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[BoolArray, BoolAr
     return _native.fit_mask(*prep_fit_mask(request, idle, releasing))
 
 
-def binpack_score(non_allocated: Any, allocatable: Any, candidates: Any) -> F64:
-    return _native.binpack_score(*prep_binpack(non_allocated, allocatable, candidates))
+def binpack_score(non_allocated: Any, allocatable: Any, candidates: Any, max_score: float) -> F64:
+    return _native.binpack_score(
+        *prep_binpack(non_allocated, allocatable, candidates), float(max_score)
+    )
 
 
 def spread_score(non_allocated: Any, capacity: Any) -> F64:

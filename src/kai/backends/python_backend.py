@@ -31,7 +31,6 @@ from kai.backends._common import (
 NAME = "python"
 
 #: Maximum node-placement score (KAI nodeplacement plugin scale).
-MAX_SCORE = 9.0
 
 # ----------------------------------------------------------------------------------- fit
 
@@ -51,8 +50,8 @@ def fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[BoolArray, BoolAr
 # --------------------------------------------------------------------------------- score
 
 
-def binpack_score(non_allocated: Any, allocatable: Any, candidates: Any) -> F64:
-    """KAI nodeplacement "binpack" score of one resource, on a 0..9 scale."""
+def binpack_score(non_allocated: Any, allocatable: Any, candidates: Any, max_score: float) -> F64:
+    """KAI nodeplacement "binpack" score of one resource, on a 0..max_score scale."""
     na, alloc, cand = prep_binpack(non_allocated, allocatable, candidates)
     out = np.zeros(na.shape[0], dtype=np.float64)
     has_resource = alloc > 0.0
@@ -64,9 +63,9 @@ def binpack_score(non_allocated: Any, allocatable: Any, candidates: Any) -> F64:
     if hi == 0.0:
         return out
     if lo == hi:
-        out[has_resource] = MAX_SCORE
+        out[has_resource] = max_score
     else:
-        out[has_resource] = MAX_SCORE * (1.0 - (na[has_resource] - lo) / (hi - lo))
+        out[has_resource] = max_score * (1.0 - (na[has_resource] - lo) / (hi - lo))
     return out
 
 

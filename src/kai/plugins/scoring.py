@@ -56,7 +56,10 @@ class NodePlacementPlugin(Plugin):
             non_allocated = nodes.idle[:, resource] + nodes.releasing[:, resource]
             if strategy == "binpack":
                 return backend.binpack_score(
-                    non_allocated, nodes.allocatable[:, resource].copy(), candidates
+                    non_allocated,
+                    nodes.allocatable[:, resource].copy(),
+                    candidates,
+                    MAX_HIGH_DENSITY,
                 )
             capacity = gpu_capacity if resource == GPU else nodes.allocatable[:, CPU].copy()
             return backend.spread_score(non_allocated, capacity)
