@@ -20,19 +20,12 @@ import pytest
 
 import kai
 from kai.actions import fast_allocate
-from kai.backends import available_backends
+from kai.backends import available_backends, get_backend
 from tests.factory import NOW, node, pod, podgroup, priority_class, queue
 
 
 def _has_kernel(backend: str) -> bool:
-    if backend not in available_backends():
-        return False
-    if backend == "numba":
-        try:
-            import kai.backends._numba_allocate  # noqa: F401
-        except ImportError:
-            return False
-    return True
+    return backend in available_backends() and get_backend(backend).allocate_loop is not None
 
 
 FAST_BACKENDS = [b for b in ("native", "numba") if _has_kernel(b)]
@@ -251,3 +244,10 @@ def test_user_plugin_takes_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> Non
     ssn.open(config.build_plugins())
     ssn.add_node_order_fn(lambda task, info: 0.0)
     assert fast_allocate._prepare(ssn, list(ssn.jobs.values())) is None
+
+
+def test_each_backend_says_whether_it_has_the_fused_loop() -> None:
+    # The allocate action asks the backend, not its name, for the fused loop.
+    assert get_backend("python").allocate_loop is None
+    for name in FAST_BACKENDS:
+        assert callable(get_backend(name).allocate_loop)

@@ -86,18 +86,7 @@ def enabled() -> bool:
 
 
 def _kernel(ssn: Session):
-    name = ssn.backend.name
-    if name == "native":
-        from kai import _native
-
-        return getattr(_native, "allocate_loop", None)
-    if name == "numba":
-        try:
-            from kai.backends._numba_allocate import allocate_loop
-        except ImportError:
-            return None
-        return allocate_loop
-    return None
+    return getattr(ssn.backend, "allocate_loop", None)
 
 
 def run(ssn: Session, jobs: list[Job]) -> bool:

@@ -4,6 +4,7 @@ coercion/validation used identically by every backend (so they all raise the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,6 +46,9 @@ class Backend(Protocol):
     """Interface of a kernel backend (see ``kai.backends`` for the semantics)."""
 
     name: str
+    # The allocate action's fused loop (kai.actions.fast_allocate), where the backend
+    # has one: the native and Numba backends do, the plain-Python one does not.
+    allocate_loop: Callable[[dict[str, Any]], dict[str, Any]] | None
 
     def fit_mask(self, request: F64, idle: F64, releasing: F64) -> tuple[BoolArray, BoolArray]: ...
 
@@ -133,6 +137,7 @@ class KernelSet:
             raise TypeError(f"backend {name!r} lacks kernels: {', '.join(missing)}")
         for kernel in KERNELS:
             setattr(self, kernel, getattr(impl, kernel))
+        self.allocate_loop = getattr(impl, "allocate_loop", None)
 
     def __repr__(self) -> str:
         return f"<kai backend {self.name!r}>"

@@ -27,6 +27,10 @@ from kai.backends._common import (
 NAME = "native"
 
 
+#: The fused allocate loop (native/src/allocate.cpp).
+allocate_loop = getattr(_native, "allocate_loop", None)
+
+
 def fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[BoolArray, BoolArray]:
     return _native.fit_mask(*prep_fit_mask(request, idle, releasing))
 

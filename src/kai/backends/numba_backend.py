@@ -36,6 +36,13 @@ def _kernels() -> ModuleType:
     return _numba_kernels
 
 
+def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The fused allocate loop (:mod:`kai.backends._numba_allocate`), compiled on first use."""
+    from kai.backends._numba_allocate import allocate_loop as loop
+
+    return loop(inputs)
+
+
 def fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[BoolArray, BoolArray]:
     return _kernels().fit_mask(*prep_fit_mask(request, idle, releasing), EPS)
 
