@@ -51,7 +51,7 @@ from kai.plugins.ordering import (
     KUBEFLOW_ROLE_LABEL,
     RAY_NODE_TYPE_LABEL,
     TASK_PRIORITY_LABEL,
-    _task_priority,
+    task_priority,
 )
 from kai.plugins.proportion import allocatable_shares
 from kai.plugins.scoring import AVAILABILITY, MAX_HIGH_DENSITY, NOMINATED_NODE, RESOURCE_TYPE
@@ -120,8 +120,8 @@ def _plugins(ssn: Session) -> dict[str, Any] | None:
 
 
 def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
-    regs = ssn._regs
-    if any(regs.get(point) for point in _UNSUPPORTED_POINTS):
+    registered = ssn.registered
+    if any(registered(point) for point in _UNSUPPORTED_POINTS):
         return False
     proportion = plugins.get("proportion")
     if proportion is None:
@@ -129,21 +129,21 @@ def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
     handlers = ssn.event_handlers
     if len(handlers) != 1:
         return False
-    if handlers[0].allocate_func != proportion._on_allocate:
+    if not proportion.handles(handlers[0]):
         return False
-    queue_order = regs.get("queue_order", [])
+    queue_order = registered("queue_order")
     if len(queue_order) != 1 or queue_order[0].plugin != "proportion":
         return False
-    capacity = regs.get("job_over_capacity", [])
+    capacity = registered("job_over_capacity")
     if not capacity or capacity[0].plugin != "proportion":
         return False
-    if any(reg.plugin not in _JOB_ORDER for reg in regs.get("job_order", [])):
+    if any(reg.plugin not in _JOB_ORDER for reg in registered("job_order")):
         return False
-    if any(reg.plugin not in _TASK_ORDER for reg in regs.get("task_order", [])):
+    if any(reg.plugin not in _TASK_ORDER for reg in registered("task_order")):
         return False
-    if any(reg.plugin != "predicates" for reg in regs.get("batch_predicate", [])):
+    if any(reg.plugin != "predicates" for reg in registered("batch_predicate")):
         return False
-    scorers = regs.get("batch_node_order", [])
+    scorers = registered("batch_node_order")
     if any(reg.plugin not in _COMPONENTS for reg in scorers):
         return False
     return True
@@ -175,7 +175,7 @@ def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]]:
     """
 
     def taskorder(task: Task) -> tuple:
-        p = _task_priority(task)
+        p = task_priority(task)
         return (1, 0) if p is None else (0, -p)
 
     def kubeflow(task: Task) -> int:
@@ -554,11 +554,9 @@ def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, kind: int) -> st
     if kind == KIND_OVER_LIMIT:
         bound = share.limit
         over = (bound != -1.0) & (request > 0) & (bound < used + request - 1e-9)
-        return plan.proportion._quota_message(
-            "OverLimit", name, over, bound, used, request, "limit"
-        )
+        return plan.proportion.quota_message("OverLimit", name, over, bound, used, request, "limit")
     bound = share.deserved
     over = (bound != -1.0) & (request > 0) & (bound < used + request - 1e-9)
-    return plan.proportion._quota_message(
+    return plan.proportion.quota_message(
         "NonPreemptibleOverQuota", name, over, bound, used, request, "quota"
     )

@@ -55,7 +55,7 @@ class ElasticPlugin(Plugin):
         ssn.add_job_order_fn(job_order)
 
 
-def _task_priority(task: Task) -> int | None:
+def task_priority(task: Task) -> int | None:
     raw = task.pod.labels.get(TASK_PRIORITY_LABEL)
     if raw is None:
         return None
@@ -73,7 +73,7 @@ class TaskOrderPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         def task_order(left: Task, right: Task) -> int:
-            lp, rp = _task_priority(left), _task_priority(right)
+            lp, rp = task_priority(left), task_priority(right)
             if lp is None or rp is None:
                 return _prefer(lp is not None, rp is not None)
             return 0 if lp == rp else (-1 if lp > rp else 1)

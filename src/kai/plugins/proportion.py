@@ -438,6 +438,10 @@ class ProportionPlugin(Plugin):
         divide(None, self.total)
 
     # ----------------------------------------------------------- accounting
+    def handles(self, handler: EventHandler) -> bool:
+        """Whether ``handler`` is the one this plugin registered (its accounting)."""
+        return handler.allocate_func == self._on_allocate
+
     def _on_allocate(self, event) -> None:
         self._charge(event.task, +1)
 
@@ -587,7 +591,7 @@ class ProportionPlugin(Plugin):
                 & (share.limit < share.allocated + request - 1e-9)
             )
             if np.any(over):
-                return self._quota_message(
+                return self.quota_message(
                     "OverLimit", name, over, share.limit, share.allocated, request, "limit"
                 )
         return self.non_preemptible_over_quota(job, tasks)
@@ -615,7 +619,7 @@ class ProportionPlugin(Plugin):
                 & (share.deserved < share.allocated_non_preemptible + request - 1e-9)
             )
             if np.any(over):
-                return self._quota_message(
+                return self.quota_message(
                     "NonPreemptibleOverQuota",
                     name,
                     over,
@@ -627,7 +631,7 @@ class ProportionPlugin(Plugin):
         return None
 
     @staticmethod
-    def _quota_message(
+    def quota_message(
         kind: str,
         queue: str,
         over: np.ndarray,
