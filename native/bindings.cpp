@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kai/allocate.hpp"
+#include "bindings/allocate.hpp"
 #include "kai/common.hpp"
 #include "kai/fairshare.hpp"
 #include "kai/fit.hpp"

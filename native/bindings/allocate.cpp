@@ -1,0 +1,189 @@
+// Binding of the allocate loop (kai/allocate.hpp): the inputs from the dict that
+// kai.actions.fast_allocate prepares, the result as a dict of arrays.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "allocate.hpp"
+
+#include "kai/allocate.hpp"
+
+namespace py = pybind11;
+
+namespace kai::alloc {
+namespace {
+
+constexpr auto kIn = py::array::c_style | py::array::forcecast;
+using F64 = py::array_t<double, kIn>;
+using I64 = py::array_t<i64, kIn>;
+using Bool = py::array_t<bool, kIn>;
+
+template <typename A>
+A get(const py::dict& d, const char* key, std::size_t expect) {
+  if (!d.contains(key)) throw py::key_error(std::string("allocate_loop: missing ") + key);
+  A a = py::cast<A>(d[key]);
+  if (static_cast<std::size_t>(a.size()) != expect) {
+    throw py::value_error(std::string("allocate_loop: ") + key + ": expected " +
+                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
+  }
+  return a;
+}
+
+template <typename T>
+py::array_t<T> to_array(const std::vector<T>& v, std::size_t cols = 0) {
+  if (cols == 0) {
+    py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+    if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+    return a;
+  }
+  py::array_t<T> a({static_cast<py::ssize_t>(v.size() / cols), static_cast<py::ssize_t>(cols)});
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+  return a;
+}
+
+py::dict allocate_loop(const py::dict& d) {
+  Input in;
+  auto dim = [&](const char* key) { return py::cast<i64>(d[key]); };
+  in.N = dim("N");
+  in.R = dim("R");
+  in.T = dim("T");
+  in.J = dim("J");
+  in.Q = dim("Q");
+  in.S = dim("S");
+  in.P = dim("P");
+  in.K = dim("K");
+  in.C = dim("C");
+  in.gpu = dim("gpu_col");
+  in.cpu = dim("cpu_col");
+  in.max_depth = dim("max_depth");
+  in.gpu_binpack = py::cast<bool>(d["gpu_binpack"]);
+  in.cpu_binpack = py::cast<bool>(d["cpu_binpack"]);
+  const auto N = static_cast<std::size_t>(in.N), R = static_cast<std::size_t>(in.R);
+  const auto T = static_cast<std::size_t>(in.T), J = static_cast<std::size_t>(in.J);
+  const auto Q = static_cast<std::size_t>(in.Q);
+  if (in.gpu < 0 || in.gpu >= in.R || in.cpu < 0 || in.cpu >= in.R) {
+    throw py::value_error("allocate_loop: resource column out of range");
+  }
+  auto idle = get<F64>(d, "idle", N * R);
+  auto releasing = get<F64>(d, "releasing", N * R);
+  auto used = get<F64>(d, "used", N * R);
+  auto allocatable = get<F64>(d, "allocatable", N * R);
+  auto cap_gpu = get<F64>(d, "cap_gpu", N);
+  auto pred = get<Bool>(d, "pred_masks", static_cast<std::size_t>(in.S * in.P) * N);
+  auto comps = get<I64>(d, "comps", static_cast<std::size_t>(in.C));
+  auto comp_scale = get<F64>(d, "comp_scale", static_cast<std::size_t>(in.C));
+  auto task_req = get<F64>(d, "task_req", T * R);
+  auto task_qvec = get<F64>(d, "task_qvec", T * 3);
+  auto task_sig = get<I64>(d, "task_sig", T);
+  auto task_nom = get<I64>(d, "task_nom", T);
+  auto job_start = get<I64>(d, "job_start", J + 1);
+  auto job_leaf = get<I64>(d, "job_leaf", J);
+  auto job_min = get<I64>(d, "job_min", J);
+  auto job_active = get<I64>(d, "job_active", J);
+  auto job_nonpipe = get<I64>(d, "job_nonpipe", J);
+  auto job_pipelined = get<I64>(d, "job_pipelined", J);
+  auto job_allocset = get<I64>(d, "job_allocset", J);
+  auto job_np_mode = get<I64>(d, "job_np_mode", J);
+  auto job_key = get<I64>(d, "job_key", J * static_cast<std::size_t>(in.K));
+  auto key_kinds = get<I64>(d, "key_kinds", static_cast<std::size_t>(in.K));
+  auto q_path_start = get<I64>(d, "q_path_start", Q + 1);
+  const auto path_total = static_cast<std::size_t>(q_path_start.data()[Q]);
+  auto q_path = get<I64>(d, "q_path", path_total);
+  auto q_deserved = get<F64>(d, "q_deserved", Q * 3);
+  auto q_limit = get<F64>(d, "q_limit", Q * 3);
+  auto q_fair = get<F64>(d, "q_fair", Q * 3);
+  auto q_allocatable = get<F64>(d, "q_allocatable", Q * 3);
+  auto q_alloc = get<F64>(d, "q_alloc", Q * 3);
+  auto q_alloc_np = get<F64>(d, "q_alloc_np", Q * 3);
+  auto q_priority = get<I64>(d, "q_priority", Q);
+  auto q_rank = get<I64>(d, "q_rank", Q);
+  auto total = get<F64>(d, "total", 3);
+  // index validation (the loop trusts them)
+  for (std::size_t t = 0; t < T; ++t) {
+    const i64 s = task_sig.data()[t];
+    if (s < 0 || s >= in.S) throw py::value_error("allocate_loop: task_sig out of range");
+    if (task_nom.data()[t] >= in.N) throw py::value_error("allocate_loop: task_nom range");
+  }
+  for (std::size_t j = 0; j < J; ++j) {
+    const i64 q = job_leaf.data()[j];
+    if (q >= in.Q) throw py::value_error("allocate_loop: job_leaf out of range");
+    const i64 a = job_start.data()[j], b = job_start.data()[j + 1];
+    if (a < 0 || b < a || b > in.T) throw py::value_error("allocate_loop: job_start");
+  }
+  for (std::size_t i = 0; i < path_total; ++i) {
+    const i64 q = q_path.data()[i];
+    if (q < 0 || q >= in.Q) throw py::value_error("allocate_loop: q_path out of range");
+  }
+  in.allocatable = allocatable.data();
+  in.cap_gpu = cap_gpu.data();
+  in.pred = pred.data();
+  in.comps = comps.data();
+  in.comp_scale = comp_scale.data();
+  in.task_req = task_req.data();
+  in.task_qvec = task_qvec.data();
+  in.task_sig = task_sig.data();
+  in.task_nom = task_nom.data();
+  in.job_start = job_start.data();
+  in.job_leaf = job_leaf.data();
+  in.job_min = job_min.data();
+  in.job_np_mode = job_np_mode.data();
+  in.job_active = job_active.data();
+  in.job_nonpipe = job_nonpipe.data();
+  in.job_pipelined = job_pipelined.data();
+  in.job_allocset = job_allocset.data();
+  in.job_key = job_key.data();
+  in.key_kinds = key_kinds.data();
+  in.q_path_start = q_path_start.data();
+  in.q_path = q_path.data();
+  in.q_deserved = q_deserved.data();
+  in.q_limit = q_limit.data();
+  in.q_fair = q_fair.data();
+  in.q_allocatable = q_allocatable.data();
+  in.q_priority = q_priority.data();
+  in.q_rank = q_rank.data();
+  in.total = total.data();
+  Output out;
+  out.idle.assign(idle.data(), idle.data() + N * R);
+  out.releasing.assign(releasing.data(), releasing.data() + N * R);
+  out.used.assign(used.data(), used.data() + N * R);
+  out.q_alloc.assign(q_alloc.data(), q_alloc.data() + Q * 3);
+  out.q_alloc_np.assign(q_alloc_np.data(), q_alloc_np.data() + Q * 3);
+  {
+    py::gil_scoped_release nogil;
+    run(in, out);
+  }
+  py::dict r;
+  r["idle"] = to_array(out.idle, R);
+  r["releasing"] = to_array(out.releasing, R);
+  r["used"] = to_array(out.used, R);
+  r["q_alloc"] = to_array(out.q_alloc, 3);
+  r["q_alloc_np"] = to_array(out.q_alloc_np, 3);
+  r["q_events"] = to_array(out.q_events);
+  r["att_job"] = to_array(out.att_job);
+  r["att_kind"] = to_array(out.att_kind);
+  r["att_first"] = to_array(out.att_first);
+  r["att_count"] = to_array(out.att_count);
+  r["att_info"] = to_array(out.att_info);
+  r["att_flags"] = to_array(out.att_flags);
+  r["att_active"] = to_array(out.att_active);
+  r["att_vec"] = to_array(out.att_vec, 6);
+  r["att_fail"] = to_array(out.att_fail, static_cast<std::size_t>(1 + in.P));
+  r["att_short"] = to_array(out.att_short, static_cast<std::size_t>(in.R));
+  r["att_free"] = to_array(out.att_free, static_cast<std::size_t>(in.R));
+  r["pl_task"] = to_array(out.pl_task);
+  r["pl_node"] = to_array(out.pl_node);
+  r["pl_pipe"] = to_array(out.pl_pipe);
+  return r;
+}
+
+}  // namespace
+
+void register_bindings(py::module_& m) {
+  m.def("allocate_loop", &allocate_loop, py::arg("inputs"),
+        "The allocate action's loop for the built-in plugins (kai.actions.fast_allocate).");
+}
+
+}  // namespace kai::alloc
