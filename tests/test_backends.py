@@ -444,3 +444,23 @@ def test_fair_share_shape_errors(backend):
             10.0, np.zeros(2), np.zeros(3), np.ones(2), np.ones(2),
             np.zeros(2, np.int64), np.zeros(2, np.int64), 1.0, np.zeros(2),
         )  # fmt: skip
+
+
+def test_the_compiled_module_stubs_name_what_it_defines():
+    # src/kai/_native.pyi types every public name of kai._native, and nothing else.
+    import ast
+    from pathlib import Path
+
+    import kai
+
+    _native = pytest.importorskip("kai._native")
+
+    tree = ast.parse((Path(kai.__file__).parent / "_native.pyi").read_text())
+    stubbed = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            stubbed.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            stubbed.add(node.target.id)
+    public = {name for name in dir(_native) if not name.startswith("_")} | {"__version__"}
+    assert stubbed == public

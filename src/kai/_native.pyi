@@ -1,5 +1,81 @@
-# The compiled core (native/bindings.cpp, pybind11). Its kernels are called through
-# kai.backends.native_backend, whose signatures are the typed interface.
+# Stubs of the compiled core (native/bindings.cpp and native/bindings/*.cpp, pybind11).
+# Arrays are converted to C-contiguous arrays of the dtype named; kai.backends.native_backend
+# wraps the kernels with the Python backends' interface.
 from typing import Any
 
-def __getattr__(name: str) -> Any: ...
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__version__: str
+EPS: float
+
+# fit
+def fit_mask(
+    request: ArrayLike, idle: ArrayLike, releasing: ArrayLike
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]: ...
+
+# score
+def binpack_score(
+    non_allocated: ArrayLike, allocatable: ArrayLike, candidates: ArrayLike, max_score: float
+) -> NDArray[np.float64]: ...
+def spread_score(non_allocated: ArrayLike, capacity: ArrayLike) -> NDArray[np.float64]: ...
+def best_node(scores: ArrayLike, mask: ArrayLike) -> int: ...
+def ordered_nodes(scores: ArrayLike, mask: ArrayLike) -> NDArray[np.int64]: ...
+
+# fairshare
+def dominant_share(allocated: ArrayLike, total: ArrayLike) -> NDArray[np.float64]: ...
+def divide_fair_share(
+    total: float,
+    deserved: ArrayLike,
+    limit: ArrayLike,
+    weight: ArrayLike,
+    request: ArrayLike,
+    priority: ArrayLike,
+    rank: ArrayLike,
+    k_value: float,
+    usage: ArrayLike,
+) -> NDArray[np.float64]: ...
+
+# loadaware
+def loadaware_filter(
+    existing: ArrayLike,
+    incoming: ArrayLike,
+    allocatable: ArrayLike,
+    thresholds: ArrayLike,
+    state: ArrayLike,
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]: ...
+def loadaware_score(
+    existing: ArrayLike,
+    incoming: ArrayLike,
+    allocatable: ArrayLike,
+    weights: ArrayLike,
+    dominant_weight: int,
+    valid: ArrayLike,
+) -> NDArray[np.int64]: ...
+
+# memory
+def retain_arenas(max_bytes: int) -> None: ...
+def cached_arena_bytes() -> int: ...
+
+# solver
+def idle_gpus_fit(capacity: ArrayLike, requests: ArrayLike) -> bool: ...
+def scenario_fit(available: ArrayLike, requests: ArrayLike, gpu_column: int) -> bool: ...
+
+class IncrementalFit:
+    def __init__(
+        self,
+        capacity: ArrayLike,
+        available: ArrayLike,
+        gpu_requests: ArrayLike,
+        requests: ArrayLike,
+        gpu_column: int,
+    ) -> None: ...
+    def set_capacity(self, nodes: ArrayLike, values: ArrayLike) -> None: ...
+    def add_available(self, nodes: ArrayLike, rows: ArrayLike) -> None: ...
+    def idle_gpus_fit(self) -> bool: ...
+    def scenario_fit(self) -> bool: ...
+    def capacity(self) -> NDArray[np.float64]: ...
+    def available(self) -> NDArray[np.float64]: ...
+
+# allocate: the allocate action's fused loop (inputs and result: kai.actions.fast_allocate)
+def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]: ...
