@@ -7,19 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "allocate.hpp"
-
+#include "common.hpp"
 #include "kai/allocate.hpp"
+#include "registrations.hpp"
 
-namespace py = pybind11;
-
-namespace kai::alloc {
+namespace kai::bind {
 namespace {
 
-constexpr auto kIn = py::array::c_style | py::array::forcecast;
-using F64 = py::array_t<double, kIn>;
-using I64 = py::array_t<i64, kIn>;
-using Bool = py::array_t<bool, kIn>;
+using kai::alloc::i64;
+using kai::alloc::Input;
+using kai::alloc::Output;
+
 
 template <typename A>
 A get(const py::dict& d, const char* key, std::size_t expect) {
@@ -153,7 +151,7 @@ py::dict allocate_loop(const py::dict& d) {
   out.q_alloc_np.assign(q_alloc_np.data(), q_alloc_np.data() + Q * 3);
   {
     py::gil_scoped_release nogil;
-    run(in, out);
+    kai::alloc::run(in, out);
   }
   py::dict r;
   r["idle"] = to_array(out.idle, R);
@@ -181,9 +179,9 @@ py::dict allocate_loop(const py::dict& d) {
 
 }  // namespace
 
-void register_bindings(py::module_& m) {
+void register_allocate(py::module_& m) {
   m.def("allocate_loop", &allocate_loop, py::arg("inputs"),
         "The allocate action's loop for the built-in plugins (kai.actions.fast_allocate).");
 }
 
-}  // namespace kai::alloc
+}  // namespace kai::bind

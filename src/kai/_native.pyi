@@ -1,4 +1,4 @@
-# Stubs of the compiled core (native/bindings.cpp and native/bindings/*.cpp, pybind11).
+# Stubs of the compiled core (native/bindings/*.cpp, pybind11).
 # Arrays are converted to C-contiguous arrays of the dtype named; kai.backends.native_backend
 # wraps the kernels with the Python backends' interface.
 from typing import Any

@@ -1,8 +1,8 @@
 // kai native core: definitions shared by every kernel area.
 //
 // The kernels are plain C++ over raw, C-contiguous buffers; they know nothing about
-// Python.  native/bindings.cpp converts numpy arrays to pointers, validates shapes and
-// releases the GIL around the calls.
+// Python.  The binding files (native/bindings/) convert numpy arrays to pointers,
+// validate shapes and release the GIL around the calls.
 //
 // Numerical contract: every kernel performs exactly the same floating-point operations,
 // in the same order, as the reference implementation in

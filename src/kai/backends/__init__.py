@@ -26,8 +26,9 @@ Adding a kernel ``foo``:
      the ``Backend`` protocol);
   2. ``@njit(cache=True)`` kernel in ``_numba_kernels.py`` + wrapper in ``numba_backend.py``;
   3. C++ in ``native/include/kai/<area>.hpp`` + ``native/src/<area>.cpp`` (new sources go
-     in ``KAI_NATIVE_SOURCES`` in CMakeLists.txt), binding in ``native/bindings.cpp``,
-     wrapper in ``native_backend.py``;
+     in ``KAI_NATIVE_SOURCES`` in CMakeLists.txt), binding in
+     ``native/bindings/<area>.cpp``, its stub in ``kai/_native.pyi``, wrapper in
+     ``native_backend.py``;
   4. randomized equivalence tests in ``tests/test_backends.py``.
 """
 
