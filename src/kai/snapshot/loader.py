@@ -819,6 +819,14 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
                 )
             tiers.append(plugins)
 
+    def config_int(value: Any, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise _config_error(ctx, f"expected an integer, got {value!r}", field)
+        try:
+            return _int(ctx, value, field)
+        except InputError as exc:
+            raise _config_error(ctx, exc.message, field) from None
+
     depth: dict[str, int] = {}
     raw = body.get("queueDepthPerAction")
     if raw is not None:
@@ -829,12 +837,7 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
             )
         for k, v in raw.items():
             kf = _key_path(f, str(k))
-            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-                raise _config_error(ctx, f"expected an integer, got {v!r}", kf)
-            try:
-                n = _int(ctx, v, kf)
-            except InputError as exc:
-                raise _config_error(ctx, exc.message, kf) from None
+            n = config_int(v, kf)
             if n < 0:
                 raise _config_error(ctx, f"queue depth must not be negative, got {n}", kf)
             depth[str(k)] = n
@@ -849,12 +852,7 @@ def _parse_config(ctx: _Ctx, body: dict) -> SchedulerConfigObject:
     raw = body.get("maxNumberConsolidationPreemptees")
     if raw is not None:
         f = prefix + "maxNumberConsolidationPreemptees"
-        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
-            raise _config_error(ctx, f"expected an integer, got {raw!r}", f)
-        try:
-            preemptees = _int(ctx, raw, f)
-        except InputError as exc:
-            raise _config_error(ctx, exc.message, f) from None
+        preemptees = config_int(raw, f)
         if preemptees < -1:
             raise _config_error(
                 ctx, f"expected -1 (no limit), 0 (no consolidation) or more, got {preemptees}", f
