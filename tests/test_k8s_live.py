@@ -460,6 +460,12 @@ def test_run_rejects_a_bad_period(tmp_path: Path) -> None:
     assert "--schedule-period" in res.output
 
 
+def test_run_rejects_a_consolidation_limit_below_minus_one() -> None:
+    res = CliRunner().invoke(main, ["run", "--max-consolidation-preemptees", "-2", "--once"])
+    assert res.exit_code == 2
+    assert "--max-consolidation-preemptees" in res.output
+
+
 def test_shard_scheduler_name_and_missing_crd(api: FakeApiServer, client: KubeClient) -> None:
     api.not_served.add("nodemetrics")  # no Koordinator in this cluster
     pool = {"kai.scheduler/node-pool": "a"}
