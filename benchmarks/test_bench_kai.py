@@ -11,10 +11,11 @@ import pytest
 from conftest import SIZE, bench_session, require_actions, size_arg
 from kai.api.objects import SchedulerConfigObject
 from kai.bench_clusters import kai_reclaim_large_jobs, kai_reclaim_many_single_gpu, kai_topology
+from kai.config import SchedulerConfig
 
 # KAI's benchmarks run through its test harness, which lifts the limit on the victim
 # jobs one consolidation may move; so does kai here, as `kai bench` does.
-HARNESS = SchedulerConfigObject(max_consolidation_preemptees=-1)
+HARNESS = SchedulerConfig.from_object(SchedulerConfigObject(max_consolidation_preemptees=-1))
 
 FULL = ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
 KAI_SIZES = ["small", "medium", "large"] if SIZE != "small" else ["small", "medium"]

@@ -229,9 +229,10 @@ def registered_actions() -> set[str]:
 
 
 def scenario_config(scenario: Scenario):
-    """The configuration a scenario runs with (None: the defaults)."""
+    """The configuration a scenario runs with (None: the defaults), built and checked
+    once: every timed session then starts from it, as a live scheduler's do."""
     from kai.api.objects import PluginOption, SchedulerConfigObject
-    from kai.config import DEFAULT_PLUGINS
+    from kai.config import DEFAULT_PLUGINS, SchedulerConfig
     from kai.framework.plugin import plugin_names
     from kai.plugins import register_builtins
 
@@ -247,7 +248,7 @@ def scenario_config(scenario: Scenario):
         ]
     if scenario.kai_harness:
         config.max_consolidation_preemptees = -1
-    return config
+    return SchedulerConfig.from_object(config)
 
 
 def _size_arg(scenario: Scenario, size: str) -> str | int:
