@@ -102,45 +102,44 @@ def run_eviction_action(
     # The jobs with pending tasks, which order every simulation's re-allocation queue.
     pending = PendingPool.for_session(ssn)
 
-    def passed_over(job: Job) -> tuple[bool, str | None, list[Task]]:
-        """Whether the loop passes ``job`` over without trying it, the fit error it then
-        records, and the job's tasks.  Decided from the job, the cluster and the failed
-        representatives alone: nothing that trying another job would not change."""
+    def passed_over(job: Job) -> tuple[bool, str | None]:
+        """Whether the loop passes ``job`` over without trying it, and the fit error it
+        then records.  Decided from the job, the cluster and the failed representatives
+        alone: nothing that trying another job would not change."""
         if refuse is not None:
             reason = refuse(job)
             if reason is not None:
-                return True, reason, []
+                return True, reason
         tasks = tasks_to_allocate(ssn, job)
         if not tasks:
-            return True, None, tasks
+            return True, None
         equivalent = failed.equivalent_failed(job) if failed is not None else None
         if equivalent is not None:
             message = (
                 f"{action.capitalize()}: skipped, equivalent to already failed job {equivalent.key}"
             )
-            return True, message, tasks
+            return True, message
         problem = victim_invariant_problem(ssn, job, tasks)
         if problem:
-            return True, problem, tasks
-        return False, None, tasks
+            return True, problem
+        return False, None
 
     # A job the loop would try, found by the last check of the jobs left (see below).
-    tried_next: list[Job] = []
+    tried_next: Job | None = None
 
     def rest_passed_over() -> list[tuple[Job, str | None]] | None:
         """When the loop would pass over every job left in the queue: each with its fit
         error.  Passing a job over changes nothing, so the order in which the queue
         would pop them does not matter, and they need no queue comparisons."""
+        nonlocal tried_next
         left = queue.jobs()
-        if tried_next and tried_next[0] in left:
-            # Usually still to be tried: then nothing more needs checking.
-            left.remove(tried_next[0])
-            left.insert(0, tried_next[0])
+        if tried_next in left and not passed_over(tried_next)[0]:
+            return None  # usually still to be tried: nothing more needs checking
         out = []
         for job in left:
-            over, message, _ = passed_over(job)
+            over, message = passed_over(job)
             if not over:
-                tried_next[:] = [job]
+                tried_next = job
                 return None
             out.append((job, message))
         return out
@@ -163,7 +162,7 @@ def run_eviction_action(
             last = None
             if job is None:
                 return
-            over, message, _ = passed_over(job)
+            over, message = passed_over(job)
             if over:
                 if message is not None:
                     ssn.record_fit_error(job, message)

@@ -58,21 +58,14 @@ from kai.plugins.scoring import AVAILABILITY, MAX_HIGH_DENSITY, NOMINATED_NODE, 
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
 
-# Score components (native/src/allocate.cpp: enum Comp), by scoring plugin.
+# Score components by scoring plugin: the kernel's code (native/src/allocate.cpp: enum
+# Comp) and the score the plugin gives (nodeplacement's: the most it gives).
 _COMPONENTS = {
-    "nodeavailability": 1,
-    "gpusharingorder": 2,
-    "resourcetype": 3,
-    "nominatednode": 4,
-    "nodeplacement": 5,
-}
-# The score each component gives (nodeplacement's: the most it gives), the plugins' own.
-_COMPONENT_SCALE = {
-    "nodeavailability": AVAILABILITY,
-    "gpusharingorder": 0.0,  # no shared device on the fast path
-    "resourcetype": RESOURCE_TYPE,
-    "nominatednode": NOMINATED_NODE,
-    "nodeplacement": MAX_HIGH_DENSITY,
+    "nodeavailability": (1, AVAILABILITY),
+    "gpusharingorder": (2, 0.0),  # no shared device on the fast path
+    "resourcetype": (3, RESOURCE_TYPE),
+    "nominatednode": (4, NOMINATED_NODE),
+    "nodeplacement": (5, MAX_HIGH_DENSITY),
 }
 _JOB_ORDER = {"priority", "elastic"}
 _TASK_ORDER = {"taskorder", "kubeflow", "ray"}
@@ -378,8 +371,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
             masks[s, p] = ok
 
     # ---- scoring
-    scorers = [reg.plugin for reg in ssn.registered("batch_node_order")]
-    comps = [_COMPONENTS[name] for name in scorers]
+    components = [_COMPONENTS[reg.plugin] for reg in ssn.registered("batch_node_order")]
     placement = plugins.get("nodeplacement")
     gpu_binpack = placement is None or placement.gpu == "binpack"
     cpu_binpack = placement is None or placement.cpu == "binpack"
@@ -398,7 +390,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "S": masks.shape[0],
         "P": len(predicates),
         "K": len(kinds),
-        "C": len(comps),
+        "C": len(components),
         "gpu_col": GPU,
         "cpu_col": CPU,
         "max_depth": -1 if max_depth is None else int(max_depth),
@@ -410,8 +402,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "allocatable": nodes.allocatable,
         "cap_gpu": np.asarray(cap_gpu, dtype=np.float64),
         "pred_masks": masks,
-        "comps": np.array(comps, dtype=np.int64),
-        "comp_scale": np.array([_COMPONENT_SCALE[name] for name in scorers], dtype=np.float64),
+        "comps": np.array([code for code, _ in components], dtype=np.int64),
+        "comp_scale": np.array([scale for _, scale in components], dtype=np.float64),
         "task_req": task_req,
         "task_qvec": task_qvec,
         "task_sig": task_sig,

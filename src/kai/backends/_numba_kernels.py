@@ -41,7 +41,7 @@ def fit_mask(request, idle, releasing, eps):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def binpack_score(non_allocated, allocatable, candidates, max_score):  # pragma: no cover
+def binpack_score(non_allocated, allocatable, candidates, max_score):  # pragma: no cover - compiled
     n = non_allocated.shape[0]
     out = np.zeros(n, dtype=np.float64)
     have = False

@@ -30,8 +30,6 @@ from kai.backends._common import (
 
 NAME = "python"
 
-#: Maximum node-placement score (KAI nodeplacement plugin scale).
-
 # ----------------------------------------------------------------------------------- fit
 
 

@@ -58,9 +58,9 @@ class DirectConnections:
         url = urlsplit(str(cfg.host))
         self._https = url.scheme == "https"
         self._host = url.hostname or "localhost"
-        self._port = url.port or (443 if self._https else 80)
-        self._prefix = url.path.rstrip("/")
         default_port = 443 if self._https else 80
+        self._port = url.port or default_port
+        self._prefix = url.path.rstrip("/")
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = host if self._port == default_port else f"{host}:{self._port}"
         self._cfg = cfg

@@ -485,7 +485,6 @@ class ProportionPlugin(Plugin):
             share.deserved.tolist(),
             cap,
             self._dominant_share(cap, alloc),
-            any(c == 0 for c in cap),
         )
         share.__dict__["_order_view"] = (key, self.total, view)
         return view
@@ -502,8 +501,8 @@ class ProportionPlugin(Plugin):
         ls, rs = self.shares.get(left.name), self.shares.get(right.name)
         if ls is None or rs is None:
             return 0
-        lalloc, lover, ldeserved, lcap, lds_alone, lcap_zero = self._order_view(ls)
-        ralloc, rover, rdeserved, rcap, rds_alone, rcap_zero = self._order_view(rs)
+        lalloc, lover, ldeserved, lcap, lds_alone = self._order_view(ls)
+        ralloc, rover, rdeserved, rcap, rds_alone = self._order_view(rs)
 
         # 1. under-utilized queues before over-utilized ones
         if lover != rover:
@@ -519,8 +518,8 @@ class ProportionPlugin(Plugin):
         if ls.priority != rs.priority:
             return -1 if ls.priority > rs.priority else 1
         # 4. a queue that would use a resource it may not have goes last
-        lzero = lcap_zero and any(c == 0 and t > 0 for c, t in zip(lcap, lwith))
-        rzero = rcap_zero and any(c == 0 and t > 0 for c, t in zip(rcap, rwith))
+        lzero = any(c == 0 and t > 0 for c, t in zip(lcap, lwith))
+        rzero = any(c == 0 and t > 0 for c, t in zip(rcap, rwith))
         if lzero != rzero:
             return 1 if lzero else -1
         # 5. smaller dominant share with the job (and without the victims taken so far)
