@@ -135,9 +135,15 @@ def test_min_runtime_protects_a_victim_until_its_time(cluster: Cluster) -> None:
     cluster.pod("job-0", group="job", gpus=2)
     cluster.kai()
     wait_for(lambda: _running(cluster, "job-0"), 60, "the borrower running")
-    started = cluster.get_pod_group("job")["metadata"]["annotations"][
-        "kai.scheduler/last-start-timestamp"
-    ]
+    # The binder writes the group's last-start annotation once its binds are answered:
+    # it may land just after the pod runs.
+    started = wait_for(
+        lambda: (cluster.get_pod_group("job")["metadata"].get("annotations") or {}).get(
+            "kai.scheduler/last-start-timestamp"
+        ),
+        30,
+        "the last-start annotation",
+    )
     start = datetime.fromisoformat(started.replace("Z", "+00:00"))
 
     cluster.pod_group("claim", "owner")
