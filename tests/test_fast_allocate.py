@@ -119,7 +119,11 @@ def _cluster(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         )
         running = rng.random() < 0.35
         releasing = running and rng.random() < 0.4
+        alike = rng.random() < 0.5  # a workload of identical pods
+        cpu, memory = rng.choice((1, 2, 4)), rng.choice((1, 2, 8))
         for t in range(size):
+            if not alike:
+                cpu, memory = rng.choice((1, 2, 4)), rng.choice((1, 2, 8))
             kw: dict[str, Any] = {}
             if rng.random() < 0.2:
                 kw["node_selector"] = {"pool": rng.choice(("a", "b"))}
@@ -135,8 +139,8 @@ def _cluster(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
             p = pod(
                 f"job{j}-{t}",
                 gpus=gpus,
-                cpu=str(rng.choice((1, 2, 4))),
-                memory=f"{rng.choice((1, 2, 8))}Gi",
+                cpu=str(cpu),
+                memory=f"{memory}Gi",
                 group=f"job{j}",
                 queue=q,
                 node=rng.choice(node_names) if running else None,

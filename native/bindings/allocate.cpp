@@ -143,7 +143,64 @@ py::dict allocate_loop(const py::dict& d) {
   in.q_priority = q_priority.data();
   in.q_rank = q_rank.data();
   in.total = total.data();
+  // The loadaware plugin's kernel form, when the session has the plugin.
+  I64 la_alloc, la_thr, la_state, la_slot, la_rows, la_weights, la_est, la_flags, la_existing;
+  Bool la_valid, la_counted;
+  std::size_t LR = 0;
+  if (d.contains("la_R")) {
+    auto& la = in.la;
+    la.R = dim("la_R");
+    if (la.R <= 0) throw py::value_error("allocate_loop: la_R must be positive");
+    LR = static_cast<std::size_t>(la.R);
+    la.reasons = dim("la_reasons");
+    la.expired_reason = dim("la_expired_reason");
+    la.dominant_weight = dim("la_dominant_weight");
+    la_alloc = get<I64>(d, "la_allocatable", N * LR);
+    la_thr = get<I64>(d, "la_thresholds", 2 * N * LR);
+    la_state = get<I64>(d, "la_state", 2 * N);
+    la_slot = get<I64>(d, "la_reason_slot", 2 * N);
+    la_rows = get<I64>(d, "la_row_delta", 4 * N);
+    la_valid = get<Bool>(d, "la_valid", N);
+    la_weights = get<I64>(d, "la_weights", LR);
+    la_counted = get<Bool>(d, "la_counted", N);
+    la_est = get<I64>(d, "la_estimates", T * LR);
+    la_flags = get<I64>(d, "la_task_flags", T);
+    la_existing = get<I64>(d, "la_existing", 4 * N * LR);
+    const i64 R6 = la.reasons;
+    if (la.expired_reason < 0 || la.expired_reason >= R6) {
+      throw py::value_error("allocate_loop: la_expired_reason out of range");
+    }
+    for (std::size_t i = 0; i < 2 * N; ++i) {
+      const i64 slot = la_slot.data()[i];
+      if (slot < 0 || slot + la.R > R6) throw py::value_error("allocate_loop: la_reason_slot");
+    }
+    for (std::size_t i = 0; i < 4 * N; ++i) {
+      const i64 kind = la_rows.data()[i];
+      if (kind < kai::alloc::kRowUsage || kind > kai::alloc::kRowProd) {
+        throw py::value_error("allocate_loop: la_row_delta");
+      }
+    }
+    la.allocatable = la_alloc.data();
+    la.thresholds = la_thr.data();
+    la.state = la_state.data();
+    la.reason_slot = la_slot.data();
+    la.row_delta = la_rows.data();
+    la.valid = la_valid.data();
+    la.weights = la_weights.data();
+    la.counted = la_counted.data();
+    la.estimates = la_est.data();
+    la.task_flags = la_flags.data();
+  }
+  if (in.C > kai::alloc::kMaxComponents) {
+    throw py::value_error("allocate_loop: more score components than the loop knows");
+  }
+  for (i64 c = 0; c < in.C; ++c) {
+    if (comps.data()[c] == kai::alloc::kLoadAware && LR == 0) {
+      throw py::value_error("allocate_loop: a loadaware score component without la_R");
+    }
+  }
   Output out;
+  if (LR > 0) out.la_existing.assign(la_existing.data(), la_existing.data() + 4 * N * LR);
   out.idle.assign(idle.data(), idle.data() + N * R);
   out.releasing.assign(releasing.data(), releasing.data() + N * R);
   out.used.assign(used.data(), used.data() + N * R);
@@ -168,12 +225,13 @@ py::dict allocate_loop(const py::dict& d) {
   r["att_flags"] = to_array(out.att_flags);
   r["att_active"] = to_array(out.att_active);
   r["att_vec"] = to_array(out.att_vec, 6);
-  r["att_fail"] = to_array(out.att_fail, static_cast<std::size_t>(1 + in.P));
+  r["att_fail"] = to_array(out.att_fail, static_cast<std::size_t>(1 + in.P + in.la.reasons));
   r["att_short"] = to_array(out.att_short, static_cast<std::size_t>(in.R));
   r["att_free"] = to_array(out.att_free, static_cast<std::size_t>(in.R));
   r["pl_task"] = to_array(out.pl_task);
   r["pl_node"] = to_array(out.pl_node);
   r["pl_pipe"] = to_array(out.pl_pipe);
+  if (LR > 0) r["la_existing"] = to_array(out.la_existing, LR);
   return r;
 }
 

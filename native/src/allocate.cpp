@@ -8,26 +8,52 @@
 #include "kai/allocate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kai/common.hpp"
+#include "kai/loadaware.hpp"
 
 namespace kai::alloc {
 namespace {
 
 using u64 = std::uint64_t;
 
-// Score components, in the order the scorers registered (fast_allocate.COMPONENTS).
-enum Comp : i64 { kAvail = 1, kZero = 2, kResType = 3, kNominated = 4, kPlacement = 5 };
 // Attempt kinds.
 enum Kind : i64 { kOk = 0, kNoTasks = 1, kOverLimit = 2, kOverQuota = 3, kNoNode = 4 };
 
 constexpr int kMaxBuckets = 4096;
+
+// A node's score inputs (Loop::score_inputs): per score component the value it adds,
+// or binpack's free amount; the last slot says whether the node has binpack's resource.
+constexpr int kMaxInputs = kMaxComponents + 1;
+using ScoreInputs = std::array<double, kMaxInputs>;
+
+struct InputsHash {
+  std::size_t operator()(const ScoreInputs& k) const noexcept {
+    u64 h = 1469598103934665603ULL;
+    for (double v : k) {
+      u64 bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      h = (h ^ bits) * 1099511628211ULL;
+    }
+    return static_cast<std::size_t>(h ^ (h >> 29));
+  }
+};
+struct InputsEq {
+  bool operator()(const ScoreInputs& a, const ScoreInputs& b) const noexcept {
+    return std::memcmp(a.data(), b.data(), sizeof(ScoreInputs)) == 0;
+  }
+};
+
 
 class Loop {
  public:
@@ -59,7 +85,17 @@ class Loop {
   i64 pop_id_ = 0;
   // node selection scratch
   std::vector<i64> cand_;
+  std::vector<ScoreInputs> cand_inputs_;
   std::vector<double> score_;
+  // node groups (select_any)
+  bool groups_on_ = false, ungroupable_ = false;
+  i64 groups_binpack_ = -1;
+  std::vector<double> class_, last_class_, groups_class_;
+  std::unordered_map<ScoreInputs, std::set<i64>, InputsHash, InputsEq> groups_;
+  std::map<double, i64> free_counts_;  // binpack: free amounts of grouped nodes with capacity
+  std::vector<ScoreInputs> node_inputs_;
+  std::vector<char> node_grouped_, dirty_mark_;
+  std::vector<i64> dirty_;
   // bucket index (free GPUs -> nodes), valid while index_on_
   bool index_on_ = false;
   bool releasing_zero_ = false;
@@ -77,6 +113,10 @@ class Loop {
   std::vector<i64> fc_counts_;
   std::vector<i64> fc_short_;
   std::vector<double> fc_free_;
+  std::vector<i64> fc_la_;  // the load-aware estimate and flags the counts are for
+  // loadaware
+  bool la_on_ = false;
+  i64 la_den_ = 0;
 
   // ------------------------------------------------------------------ helpers
   const double* req(i64 t) const { return in_.task_req + t * in_.R; }
@@ -113,6 +153,14 @@ class Loop {
     fc_counts_.assign(static_cast<std::size_t>(1 + in_.P), 0);
     fc_short_.assign(static_cast<std::size_t>(in_.R), 0);
     fc_free_.assign(static_cast<std::size_t>(in_.R), 0.0);
+    const LoadAware& la = in_.la;
+    la_on_ = la.R > 0;
+    if (la_on_) {
+      fc_counts_.assign(static_cast<std::size_t>(1 + in_.P + la.reasons), 0);
+      fc_la_.assign(static_cast<std::size_t>(la.R + 1), 0);
+      la_den_ = la.dominant_weight;
+      for (i64 r = 0; r < la.R; ++r) la_den_ += la.weights[r];
+    }
     init_index();
   }
 
@@ -123,7 +171,8 @@ class Loop {
     for (i64 i = 0; i < N * R; ++i) {
       if (out_.releasing[static_cast<std::size_t>(i)] != 0.0) releasing_zero_ = false;
     }
-    index_on_ = releasing_zero_ && in_.gpu_binpack && N > 0;
+    // Load-aware filters and scores move the choice off the lowest free-GPU bucket.
+    index_on_ = releasing_zero_ && in_.gpu_binpack && N > 0 && !la_on_;
     if (!index_on_) return;
     double hi = 0.0;
     for (i64 n = 0; n < N; ++n) {
@@ -165,6 +214,7 @@ class Loop {
   // Keep the index in step with node n's free GPUs (or turn it off).
   void touched(i64 n) {
     ++version_;
+    group_touched(n);
     if (!index_on_) return;
     const i64 g = in_.gpu;
     const double na = idle(n)[g] + rel(n)[g];
@@ -509,6 +559,52 @@ class Loop {
 
   bool requests_gpu(i64 t) const { return req(t)[in_.gpu] > 0; }
 
+  // ------------------------------------------------------------------ loadaware
+  i64* la_row(i64 profile, i64 n) {
+    return out_.la_existing.data() + (profile * in_.N + n) * in_.la.R;
+  }
+  const i64* la_estimate(i64 t) const { return in_.la.estimates + t * in_.la.R; }
+
+  // The load-aware filter's code for task t on node n (kai::loadaware::filter_node).
+  i64 la_code(i64 t, i64 n) {
+    const LoadAware& la = in_.la;
+    const i64 flags = la.task_flags[t];
+    if (flags & kNoFilter) return loadaware::kCodePass;
+    const i64 p = (flags & kProdPod) ? 1 : 0;
+    const i64 at = p * in_.N + n;
+    return loadaware::filter_node(la_row(p, n), la_estimate(t), la.allocatable + n * la.R,
+                                  la.thresholds + at * la.R, la.state[at],
+                                  static_cast<std::size_t>(la.R));
+  }
+
+  bool la_passes(i64 t, i64 n) { return !la_on_ || la_code(t, n) == loadaware::kCodePass; }
+
+  i64 la_score(i64 t, i64 n) {
+    const LoadAware& la = in_.la;
+    if (!la.valid[n]) return 0;
+    const i64 p = (la.task_flags[t] & kProdScore) ? 3 : 2;
+    return loadaware::score_node(la_row(p, n), la_estimate(t), la.allocatable + n * la.R,
+                                 la.weights, la.dominant_weight, la_den_,
+                                 static_cast<std::size_t>(la.R));
+  }
+
+  // Task t's estimate joins (sign 1) or leaves (-1) node n's cached usage.
+  void la_account(i64 n, i64 t, i64 sign) {
+    const LoadAware& la = in_.la;
+    if (!la_on_ || !la.counted[n]) return;
+    const i64* e = la_estimate(t);
+    const bool prod = (la.task_flags[t] & kProdPod) != 0;
+    for (i64 p = 0; p < 4; ++p) {
+      const i64 kind = la.row_delta[p * in_.N + n];
+      if (kind == kRowProd && !prod) continue;
+      i64* row = la_row(p, n);
+      for (i64 r = 0; r < la.R; ++r) {
+        const i64 d = (kind == kRowUsage || kind == kRowAggregated) ? std::max<i64>(e[r], 0) : e[r];
+        row[r] += sign * d;
+      }
+    }
+  }
+
   // Returns the chosen node (-1: none) and whether the task fits there on idle capacity.
   i64 select(i64 t, bool* on_idle) {
     const double* rq = req(t);
@@ -537,81 +633,260 @@ class Loop {
       }
       return -1;
     }
-    return select_generic(t, on_idle);
+    return select_any(t, on_idle);
   }
 
-  i64 select_generic(i64 t, bool* on_idle) {
+  // ------------------------------------------------------------- node selection
+  // A node's score is a sum, in registration order, of components that each depend on
+  // the task and on that node alone, except binpack's, which also normalises the
+  // node's free amount by the lowest and highest among the candidates.  ScoreInputs
+  // holds, per component, the value it adds, or for binpack the free amount, plus
+  // whether the node has capacity of the resource: equal inputs give equal scores.
+  // Whether task t may go to node n (resources, predicates, load-aware filter); if so,
+  // its score inputs.
+  bool score_inputs(i64 t, i64 n, ScoreInputs& k) {
     const double* rq = req(t);
-    const i64 sig = in_.task_sig[t];
-    const i64 N = in_.N, R = in_.R;
-    cand_.clear();
-    for (i64 n = 0; n < N; ++n) {
-      if (fits(rq, n, false) && passes(sig, n)) cand_.push_back(n);
-    }
-    if (cand_.empty()) return -1;
+    if (!(fits(rq, n, false) && passes(in_.task_sig[t], n) && la_passes(t, n))) return false;
+    const i64 R = in_.R;
     const bool gpu_task = requests_gpu(t);
     const i64 res = gpu_task ? in_.gpu : in_.cpu;
     const bool binpack = gpu_task ? in_.gpu_binpack : in_.cpu_binpack;
-    // binpack normalization over the candidates with the resource
-    bool any_valid = false;
-    double lo = 0.0, hi = 0.0;
-    for (i64 n : cand_) {
-      if (!(in_.allocatable[n * R + res] > 0.0)) continue;
-      const double na = idle(n)[res] + rel(n)[res];
-      if (!any_valid) {
-        lo = hi = na;
-        any_valid = true;
-      } else {
-        if (na < lo) lo = na;
-        if (na > hi) hi = na;
+    k.fill(0.0);
+    for (i64 c = 0; c < in_.C; ++c) {
+      const double scale = in_.comp_scale[c];
+      double v = 0.0;
+      switch (in_.comps[c]) {
+        case kAvail:
+          v = fits(rq, n, true) ? scale : 0.0;
+          break;
+        case kResType:
+          v = (!gpu_task && in_.allocatable[n * R + in_.gpu] <= 0) ? scale : 0.0;
+          break;
+        case kNominated:
+          v = n == in_.task_nom[t] ? scale : 0.0;
+          break;
+        case kLoadAware:
+          v = static_cast<double>(la_score(t, n)) * scale;
+          break;
+        case kPlacement: {
+          const double na = idle(n)[res] + rel(n)[res];
+          const double alloc = in_.allocatable[n * R + res];
+          if (binpack) {
+            v = na;  // normalised in score()
+            k[kMaxInputs - 1] = alloc > 0.0 ? 1.0 : 0.0;
+          } else {
+            const double cap = gpu_task ? in_.cap_gpu[n] : alloc;
+            v = cap > 0.0 ? na / cap : 0.0;
+          }
+          break;
+        }
+        default:
+          v = 0.0;
       }
+      k[static_cast<std::size_t>(c)] = v;
     }
-    const i64 nom = in_.task_nom[t];
+    return true;
+  }
+
+  // Binpack's normalisation: the lowest and highest free amount among the candidates
+  // with capacity of the resource.
+  struct Range {
+    bool any = false;
+    double lo = 0.0, hi = 0.0;
+  };
+
+  bool binpack_class(i64 t) const {
+    return requests_gpu(t) ? in_.gpu_binpack : in_.cpu_binpack;
+  }
+
+  // The node's score from its inputs: the same operations, in the same order, as the
+  // plugins' score functions summed by the session.
+  double score(i64 t, const ScoreInputs& k, const Range& range) const {
+    const bool binpack = binpack_class(t);
+    double s = 0.0;
+    for (i64 c = 0; c < in_.C; ++c) {
+      double v = k[static_cast<std::size_t>(c)];
+      if (in_.comps[c] == kPlacement && binpack) {
+        const double scale = in_.comp_scale[c];
+        const double na = v;
+        if (!range.any || range.hi == 0.0 || k[kMaxInputs - 1] == 0.0) {
+          v = 0.0;
+        } else if (range.lo == range.hi) {
+          v = scale;
+        } else {
+          v = scale * (1.0 - (na - range.lo) / (range.hi - range.lo));
+        }
+      }
+      s = s + v;
+    }
+    return s;
+  }
+
+  // The binpack input's position among the score inputs (-1: none).
+  i64 binpack_input(i64 t) const {
+    if (!binpack_class(t)) return -1;
+    for (i64 c = 0; c < in_.C; ++c) {
+      if (in_.comps[c] == kPlacement) return c;
+    }
+    return -1;
+  }
+
+  // Every node scored: the best (lowest-numbered on a tie) of those that may take t.
+  i64 select_generic(i64 t, bool* on_idle) {
+    cand_.clear();
+    cand_inputs_.clear();
+    const i64 b = binpack_input(t);
+    Range range;
+    ScoreInputs k;
+    for (i64 n = 0; n < in_.N; ++n) {
+      if (!score_inputs(t, n, k)) continue;
+      cand_.push_back(n);
+      cand_inputs_.push_back(k);
+      if (b >= 0 && k[kMaxInputs - 1] != 0.0) extend(range, k[static_cast<std::size_t>(b)]);
+    }
+    if (cand_.empty()) return -1;
     i64 best = -1;
     double best_score = 0.0;
-    for (i64 n : cand_) {
-      double s = 0.0;
-      for (i64 c = 0; c < in_.C; ++c) {
-        double v = 0.0;
-        const double scale = in_.comp_scale[c];
-        switch (in_.comps[c]) {
-          case kAvail:
-            v = fits(rq, n, true) ? scale : 0.0;
-            break;
-          case kResType:
-            v = (!gpu_task && in_.allocatable[n * R + in_.gpu] <= 0) ? scale : 0.0;
-            break;
-          case kNominated:
-            v = n == nom ? scale : 0.0;
-            break;
-          case kPlacement: {
-            const double na = idle(n)[res] + rel(n)[res];
-            const double alloc = in_.allocatable[n * R + res];
-            if (binpack) {
-              if (!any_valid || hi == 0.0 || !(alloc > 0.0)) {
-                v = 0.0;
-              } else if (lo == hi) {
-                v = scale;
-              } else {
-                v = scale * (1.0 - (na - lo) / (hi - lo));
-              }
-            } else {
-              const double cap = gpu_task ? in_.cap_gpu[n] : alloc;
-              v = cap > 0.0 ? na / cap : 0.0;
-            }
-            break;
-          }
-          default:
-            v = 0.0;
-        }
-        s = s + v;
-      }
+    for (std::size_t i = 0; i < cand_.size(); ++i) {
+      const double s = score(t, cand_inputs_[i], range);
       if (best < 0 || s > best_score) {
-        best = n;
+        best = cand_[i];
         best_score = s;
       }
     }
-    *on_idle = fits(rq, best, true);
+    *on_idle = fits(req(t), best, true);
+    return best;
+  }
+
+  static void extend(Range& range, double na) {
+    if (!range.any) {
+      range.lo = range.hi = na;
+      range.any = true;
+    } else {
+      if (na < range.lo) range.lo = na;
+      if (na > range.hi) range.hi = na;
+    }
+  }
+
+  // ---------------------------------------------------------------- node groups
+  // Consecutive tasks alike (same request, constraint set, nominated node and load-aware
+  // estimate) see the same score inputs on every node the previous placement did not
+  // touch.  For such a run the nodes are grouped by score inputs: each task then scores
+  // one node per group and re-reads only the nodes touched since the last task.  The
+  // result is select_generic's: the best score, on a tie the lowest-numbered node.
+  // What makes two tasks alike, written into `out`.
+  void task_class(i64 t, std::vector<double>& out) const {
+    out.clear();
+    const double* rq = req(t);
+    out.insert(out.end(), rq, rq + in_.R);
+    out.push_back(static_cast<double>(in_.task_sig[t]));
+    out.push_back(static_cast<double>(in_.task_nom[t]));
+    if (la_on_) {
+      const i64* e = in_.la.estimates + t * in_.la.R;
+      for (i64 r = 0; r < in_.la.R; ++r) out.push_back(static_cast<double>(e[r]));
+      out.push_back(static_cast<double>(in_.la.task_flags[t]));
+    }
+  }
+
+  static bool same(const std::vector<double>& a, const std::vector<double>& b) {
+    return a.size() == b.size() &&
+           std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+  }
+
+  i64 select_any(i64 t, bool* on_idle) {
+    task_class(t, class_);
+    if (groups_on_ && same(class_, groups_class_)) return select_grouped(t, on_idle);
+    groups_on_ = false;
+    if (same(class_, last_class_) && !ungroupable_) {
+      build_groups(t);
+      if (groups_on_) return select_grouped(t, on_idle);
+      ungroupable_ = true;  // as many groups as nodes: scanning is as fast
+      return select_generic(t, on_idle);
+    }
+    last_class_.swap(class_);
+    ungroupable_ = false;
+    return select_generic(t, on_idle);
+  }
+
+  void group_insert(i64 t, i64 n) {
+    ScoreInputs& k = node_inputs_[static_cast<std::size_t>(n)];
+    if (!score_inputs(t, n, k)) return;
+    node_grouped_[static_cast<std::size_t>(n)] = 1;
+    groups_[k].insert(n);
+    if (groups_binpack_ >= 0 && k[kMaxInputs - 1] != 0.0) {
+      free_counts_[k[static_cast<std::size_t>(groups_binpack_)]] += 1;
+    }
+  }
+
+  void group_erase(i64 n) {
+    if (!node_grouped_[static_cast<std::size_t>(n)]) return;
+    node_grouped_[static_cast<std::size_t>(n)] = 0;
+    const ScoreInputs& k = node_inputs_[static_cast<std::size_t>(n)];
+    auto it = groups_.find(k);
+    it->second.erase(n);
+    if (it->second.empty()) groups_.erase(it);
+    if (groups_binpack_ >= 0 && k[kMaxInputs - 1] != 0.0) {
+      auto c = free_counts_.find(k[static_cast<std::size_t>(groups_binpack_)]);
+      if (--c->second == 0) free_counts_.erase(c);
+    }
+  }
+
+  void build_groups(i64 t) {
+    const auto N = static_cast<std::size_t>(in_.N);
+    groups_.clear();
+    free_counts_.clear();
+    node_inputs_.resize(N);
+    node_grouped_.assign(N, 0);
+    dirty_mark_.assign(N, 0);
+    dirty_.clear();
+    groups_binpack_ = binpack_input(t);
+    for (i64 n = 0; n < in_.N; ++n) {
+      group_insert(t, n);
+      if (groups_.size() > N / 4 + 8) {
+        groups_.clear();
+        free_counts_.clear();
+        return;  // mostly distinct nodes: no gain
+      }
+    }
+    groups_class_ = class_;
+    groups_on_ = true;
+  }
+
+  void group_touched(i64 n) {
+    if (!groups_on_ || dirty_mark_[static_cast<std::size_t>(n)]) return;
+    dirty_mark_[static_cast<std::size_t>(n)] = 1;
+    dirty_.push_back(n);
+  }
+
+  i64 select_grouped(i64 t, bool* on_idle) {
+    for (i64 n : dirty_) {
+      dirty_mark_[static_cast<std::size_t>(n)] = 0;
+      group_erase(n);
+      group_insert(t, n);
+    }
+    dirty_.clear();
+    if (groups_.empty()) return -1;
+    Range range;
+    if (!free_counts_.empty()) {
+      range.any = true;
+      range.lo = free_counts_.begin()->first;
+      range.hi = free_counts_.rbegin()->first;
+    }
+    i64 best = -1;
+    double best_score = 0.0;
+    for (const auto& [inputs, members] : groups_) {
+      const double s = score(t, inputs, range);
+      if (std::isnan(s)) {
+        groups_on_ = false;  // NaN scores order by position only: scan
+        return select_generic(t, on_idle);
+      }
+      const i64 first = *members.begin();
+      if (best < 0 || s > best_score || (s == best_score && first < best)) {
+        best = first;
+        best_score = s;
+      }
+    }
+    *on_idle = fits(req(t), best, true);
     return best;
   }
 
@@ -622,7 +897,8 @@ class Loop {
     const double* rq = req(t);
     const i64 sig = in_.task_sig[t];
     if (fc_version_ == version_ && fc_sig_ == sig &&
-        std::memcmp(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R)) == 0) {
+        std::memcmp(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R)) == 0 &&
+        la_same(t)) {
       return fc_counts_;
     }
     std::fill(fc_counts_.begin(), fc_counts_.end(), 0);
@@ -642,17 +918,40 @@ class Loop {
         }
         continue;
       }
+      bool rejected = false;
       for (i64 p = 0; p < in_.P; ++p) {
         if (!pmask(sig, p)[n]) {
           fc_counts_[static_cast<std::size_t>(1 + p)] += 1;
+          rejected = true;
           break;
         }
       }
+      if (rejected || !la_on_) continue;
+      const i64 code = la_code(t, n);
+      if (code == loadaware::kCodePass) continue;
+      const LoadAware& la = in_.la;
+      const i64 profile = (la.task_flags[t] & kProdPod) ? 1 : 0;
+      const i64 slot = code == loadaware::kCodeExpired
+                           ? la.expired_reason
+                           : la.reason_slot[profile * in_.N + n] + code;
+      fc_counts_[static_cast<std::size_t>(1 + in_.P + slot)] += 1;
+    }
+    if (la_on_) {
+      std::memcpy(fc_la_.data(), la_estimate(t), sizeof(i64) * static_cast<std::size_t>(in_.la.R));
+      fc_la_.back() = in_.la.task_flags[t];
     }
     fc_version_ = version_;
     fc_sig_ = sig;
     std::memcpy(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R));
     return fc_counts_;
+  }
+
+  // Whether the cached failure counts were made for task t's load-aware estimate.
+  bool la_same(i64 t) const {
+    if (!la_on_) return true;
+    return fc_la_.back() == in_.la.task_flags[t] &&
+           std::memcmp(fc_la_.data(), la_estimate(t),
+                       sizeof(i64) * static_cast<std::size_t>(in_.la.R)) == 0;
   }
 
   // ---------------------------------------------------------- node accounting
@@ -668,6 +967,7 @@ class Loop {
       double* id = idle(n);
       for (i64 k = 0; k < in_.R; ++k) id[k] = id[k] - r[k];
     }
+    la_account(n, t, 1);
     touched(n);
   }
 
@@ -683,6 +983,7 @@ class Loop {
       double* id = idle(n);
       for (i64 k = 0; k < in_.R; ++k) id[k] = id[k] + r[k];
     }
+    la_account(n, t, -1);
     touched(n);
   }
 
@@ -696,7 +997,7 @@ class Loop {
     out_.att_flags.push_back(flags);
     out_.att_active.push_back(active);
     for (int k = 0; k < 6; ++k) out_.att_vec.push_back(0.0);
-    for (i64 k = 0; k < 1 + in_.P; ++k) out_.att_fail.push_back(0);
+    for (std::size_t k = 0; k < fc_counts_.size(); ++k) out_.att_fail.push_back(0);
     for (i64 k = 0; k < in_.R; ++k) out_.att_short.push_back(0);
     for (i64 k = 0; k < in_.R; ++k) out_.att_free.push_back(0.0);
   }
@@ -728,8 +1029,8 @@ class Loop {
         const std::vector<i64>& fc = failure_counts(t);
         // a failed chunk: first = tasks placed before the failure, count = chunk size
         record(j, kNoNode, placed, count, t, 0, active_before);
-        i64* f = out_.att_fail.data() + out_.att_fail.size() - (1 + in_.P);
-        for (i64 k = 0; k < 1 + in_.P; ++k) f[k] = fc[static_cast<std::size_t>(k)];
+        i64* f = out_.att_fail.data() + out_.att_fail.size() - fc.size();
+        for (std::size_t k = 0; k < fc.size(); ++k) f[k] = fc[k];
         i64* sh = out_.att_short.data() + out_.att_short.size() - in_.R;
         double* fr = out_.att_free.data() + out_.att_free.size() - in_.R;
         for (i64 k = 0; k < in_.R; ++k) {

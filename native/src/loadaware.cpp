@@ -1,8 +1,6 @@
 // kai native core: load-aware scheduling kernels (see kai/loadaware.hpp).
 #include "kai/loadaware.hpp"
 
-#include <cmath>
-
 namespace kai::loadaware {
 
 void filter(const std::int64_t* existing, const std::int64_t* incoming,
@@ -10,25 +8,9 @@ void filter(const std::int64_t* existing, const std::int64_t* incoming,
             const std::int64_t* state, std::size_t num_nodes, std::size_t num_resources,
             bool* mask, std::int64_t* code) noexcept {
   for (std::size_t n = 0; n < num_nodes; ++n) {
-    std::int64_t c = kCodePass;
-    if (state[n] == kExpired) {
-      c = kCodeExpired;
-    } else if (state[n] != kPass) {
-      const std::size_t row = n * num_resources;
-      for (std::size_t r = 0; r < num_resources; ++r) {
-        const std::int64_t thr = thresholds[row + r];
-        const std::int64_t total = allocatable[row + r];
-        if (thr == 0 || total == 0) continue;
-        const std::int64_t used = existing[row + r] + incoming[r];
-        // std::round rounds halves away from zero, as Go's math.Round does.
-        const double usage =
-            std::round(static_cast<double>(used) / static_cast<double>(total) * 100.0);
-        if (usage > static_cast<double>(thr)) {
-          c = static_cast<std::int64_t>(r);
-          break;
-        }
-      }
-    }
+    const std::size_t row = n * num_resources;
+    const std::int64_t c = filter_node(existing + row, incoming, allocatable + row,
+                                       thresholds + row, state[n], num_resources);
     code[n] = c;
     mask[n] = c == kCodePass;
   }
@@ -41,21 +23,10 @@ void score(const std::int64_t* existing, const std::int64_t* incoming,
   std::int64_t den = dominant_weight;
   for (std::size_t r = 0; r < num_resources; ++r) den += weights[r];
   for (std::size_t n = 0; n < num_nodes; ++n) {
-    out[n] = 0;
-    if (den <= 0 || num_resources == 0 || !valid[n]) continue;
     const std::size_t row = n * num_resources;
-    std::int64_t total = 0;
-    std::int64_t lowest = 0;
-    for (std::size_t r = 0; r < num_resources; ++r) {
-      const std::int64_t cap = allocatable[row + r];
-      const std::int64_t used = existing[row + r] + incoming[r];
-      std::int64_t s = 0;
-      if (cap != 0 && used <= cap) s = (cap - used) * 100 / cap;
-      total += weights[r] * s;
-      if (r == 0 || s < lowest) lowest = s;
-    }
-    if (dominant_weight > 0) total += dominant_weight * lowest;
-    out[n] = total / den;
+    out[n] = valid[n] ? score_node(existing + row, incoming, allocatable + row, weights,
+                                   dominant_weight, den, num_resources)
+                      : 0;
   }
 }
 

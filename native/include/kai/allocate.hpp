@@ -16,6 +16,51 @@ namespace kai::alloc {
 
 using i64 = std::int64_t;
 
+/// The loadaware plugin's kernel form (kai.plugins.loadaware.LoadAwareKernel): its
+/// filter is the last batch predicate and its score a component (kLoadAware).  Rows of
+/// the existing-usage matrices (Output::la_existing) are kept up to date as the loop
+/// places pods: a pod placed on a node whose cache counts pods adds, to each profile's
+/// row, the delta that row takes (``row_delta``).
+struct LoadAware {
+  i64 R = 0;  // load-aware resources; 0: the plugin is not in the session
+  const i64* allocatable = nullptr;  // [N, R]
+  const i64* thresholds = nullptr;   // [2, N, R]: filter profiles (0 any pod, 1 prod pod)
+  const i64* state = nullptr;        // [2, N]: kai::loadaware kCheck / kPass / kExpired
+  const i64* reason_slot = nullptr;  // [2, N]: reason of resource 0 (+ r for resource r)
+  i64 expired_reason = 0;
+  i64 reasons = 0;                   // reason slots (failure counts after the predicates')
+  const i64* row_delta = nullptr;    // [4, N]: kRowUsage ... kRowProd, per profile row
+  const bool* valid = nullptr;       // [N]: scored (fresh metric)
+  const i64* weights = nullptr;      // [R]
+  i64 dominant_weight = 0;
+  const bool* counted = nullptr;     // [N]: the node's cache counts pods (has a metric)
+  const i64* estimates = nullptr;    // [T, R]
+  const i64* task_flags = nullptr;   // [T]: kProdPod | kNoFilter | kProdScore
+};
+
+// Score components (Input::comps), in the order the scorers registered
+// (kai.actions.fast_allocate._COMPONENTS).
+enum Comp : i64 {
+  kAvail = 1,
+  kZero = 2,
+  kResType = 3,
+  kNominated = 4,
+  kPlacement = 5,
+  kLoadAware = 6,
+};
+// At most one component of each kind (each comes from its own plugin).
+inline constexpr i64 kMaxComponents = 6;
+
+// LoadAware::task_flags bits.
+inline constexpr i64 kProdPod = 1;    // a koord-prod pod: filter profile 1, prod deltas
+inline constexpr i64 kNoFilter = 2;   // a DaemonSet pod: never filtered
+inline constexpr i64 kProdScore = 4;  // scored on the prod profile (3) instead of 2
+// LoadAware::row_delta kinds: which delta of a placed pod a profile row takes.
+inline constexpr i64 kRowUsage = 0;      // node usage + delta: max(estimate, 0)
+inline constexpr i64 kRowAggregated = 1; // aggregated usage + delta: max(estimate, 0)
+inline constexpr i64 kRowEstimated = 2;  // the estimates alone: estimate
+inline constexpr i64 kRowProd = 3;       // prod usage + prod delta: estimate of prod pods
+
 /// The loop's inputs: sizes and row-major arrays the caller keeps alive during run().
 struct Input {
   i64 N = 0, R = 0, T = 0, J = 0, Q = 0, S = 0, P = 0, K = 0, C = 0;
@@ -51,6 +96,7 @@ struct Input {
   const i64* q_priority = nullptr;
   const i64* q_rank = nullptr;
   const double* total = nullptr;
+  LoadAware la;
 };
 
 struct Output {
@@ -63,6 +109,8 @@ struct Output {
   std::vector<i64> att_short;
   std::vector<double> att_free;
   std::vector<i64> pl_task, pl_node, pl_pipe;
+  // [4, N, LoadAware::R]: existing usage per profile (filter 0/1, score 0/1 = 2/3).
+  std::vector<i64> la_existing;
 };
 
 /// Runs the loop.  ``out`` enters with the node matrices (idle, releasing, used) and the

@@ -67,6 +67,8 @@ _COMPONENTS = {
     "nominatednode": (4, NOMINATED_NODE),
     "nodeplacement": (5, MAX_HIGH_DENSITY),
 }
+# The loadaware plugin's score (its weight is the plugin's scoreWeight argument).
+_LOADAWARE_COMPONENT = 6
 _JOB_ORDER = {"priority", "elastic"}
 _TASK_ORDER = {"taskorder", "kubeflow", "ray"}
 _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
@@ -119,10 +121,16 @@ def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
     proportion = plugins.get("proportion")
     if proportion is None:
         return False
-    handlers = ssn.event_handlers
-    if len(handlers) != 1:
+    loadaware = plugins.get("loadaware")
+    if loadaware is not None and "loadaware" not in ssn.backend.allocate_loop_features:
         return False
-    if not proportion.handles(handlers[0]):
+    handlers = ssn.event_handlers
+    if not any(proportion.handles(h) for h in handlers):
+        return False
+    if any(
+        not (proportion.handles(h) or (loadaware is not None and loadaware.handles(h)))
+        for h in handlers
+    ):
         return False
     queue_order = registered("queue_order")
     if len(queue_order) != 1 or queue_order[0].plugin != "proportion":
@@ -134,25 +142,33 @@ def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
         return False
     if any(reg.plugin not in _TASK_ORDER for reg in registered("task_order")):
         return False
-    if any(reg.plugin != "predicates" for reg in registered("batch_predicate")):
+    predicates = [reg.plugin for reg in registered("batch_predicate")]
+    if loadaware is not None and predicates and predicates[-1] == "loadaware":
+        predicates.pop()  # the loop runs the load-aware filter after the static masks
+    if any(plugin != "predicates" for plugin in predicates):
         return False
     scorers = registered("batch_node_order")
-    if any(reg.plugin not in _COMPONENTS for reg in scorers):
+    if any(
+        reg.plugin not in _COMPONENTS and not (reg.plugin == "loadaware" and loadaware)
+        for reg in scorers
+    ):
         return False
     return True
 
 
 # ------------------------------------------------------------------ preparation
 class _Plan:
-    __slots__ = ("inputs", "jobs", "tasks", "queues", "predicate_names", "proportion")
+    __slots__ = ("inputs", "jobs", "tasks", "queues", "predicate_names", "proportion", "loadaware")
 
     def __init__(self) -> None:
         self.inputs: dict[str, Any] = {}
         self.jobs: list[Job] = []
         self.tasks: list[Task] = []
         self.queues: list[str] = []
+        # Failure reasons after "insufficient resources", in the kernel's count order.
         self.predicate_names: list[str] = []
         self.proportion: Any = None
+        self.loadaware: Any = None
 
 
 def _default_key(x: Job | Task) -> tuple:
@@ -357,8 +373,17 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     for i, n in nominated_at:
         task_nom[i] = n
 
+    # ---- the load-aware filter and score, run by the loop itself
+    loadaware = plugins.get("loadaware")
+    la_form = None
+    if loadaware is not None:
+        la_form = loadaware.kernel_form(tasks)
+        if la_form is None:
+            return None
+        plan.loadaware = loadaware
+
     # ---- predicate masks per constraint set
-    predicates = ssn.registered("batch_predicate")
+    predicates = [reg for reg in ssn.registered("batch_predicate") if reg.plugin != "loadaware"]
     plan.predicate_names = [reg.fn[0] for reg in predicates]
     masks = np.ones((max(len(sig_tasks), 1), len(predicates), n_nodes), dtype=np.bool_)
     for s, t in enumerate(sig_tasks):
@@ -371,7 +396,12 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
             masks[s, p] = ok
 
     # ---- scoring
-    components = [_COMPONENTS[reg.plugin] for reg in ssn.registered("batch_node_order")]
+    components = [
+        (_LOADAWARE_COMPONENT, la_form.score_weight)
+        if reg.plugin == "loadaware" and la_form is not None
+        else _COMPONENTS[reg.plugin]
+        for reg in ssn.registered("batch_node_order")
+    ]
     placement = plugins.get("nodeplacement")
     gpu_binpack = placement is None or placement.gpu == "binpack"
     cpu_binpack = placement is None or placement.cpu == "binpack"
@@ -430,6 +460,27 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "q_rank": np.array([s.rank for s in share_list], dtype=np.int64),
         "total": np.asarray(proportion.total, dtype=np.float64),
     }
+    if la_form is not None:
+        plan.predicate_names.extend(la_form.reasons)
+        inputs.update(
+            {
+                "la_R": la_form.allocatable.shape[1],
+                "la_reasons": len(la_form.reasons),
+                "la_expired_reason": len(la_form.reasons) - 1,
+                "la_dominant_weight": la_form.dominant_weight,
+                "la_allocatable": la_form.allocatable,
+                "la_thresholds": la_form.thresholds,
+                "la_state": la_form.state,
+                "la_reason_slot": la_form.reason_slot,
+                "la_row_delta": la_form.row_delta,
+                "la_valid": la_form.valid,
+                "la_weights": la_form.weights,
+                "la_counted": la_form.counted,
+                "la_estimates": la_form.estimates,
+                "la_task_flags": la_form.task_flags,
+                "la_existing": la_form.existing,
+            }
+        )
     plan.inputs = inputs
     plan.jobs = jobs
     plan.tasks = tasks
@@ -461,6 +512,8 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
         else:
             task.status = binding
             append(Decision(action, "bind", task, names[node], []))
+    if plan.loadaware is not None:
+        plan.loadaware.kernel_placed([tasks[t] for t in pl_task])
     kinds = out["att_kind"]
     att_job = out["att_job"]
     # Jobs that start now: placed, not pipelined, and nothing allocated before.

@@ -49,6 +49,8 @@ class Backend(Protocol):
     # The allocate action's fused loop (kai.actions.fast_allocate), where the backend
     # has one: the native and Numba backends do, the plain-Python one does not.
     allocate_loop: Callable[[dict[str, Any]], dict[str, Any]] | None
+    # The optional plugins that loop also covers (their kernel forms: "loadaware").
+    allocate_loop_features: frozenset[str]
 
     def fit_mask(self, request: F64, idle: F64, releasing: F64) -> tuple[BoolArray, BoolArray]: ...
 
@@ -138,6 +140,7 @@ class KernelSet:
         for kernel in KERNELS:
             setattr(self, kernel, getattr(impl, kernel))
         self.allocate_loop = getattr(impl, "allocate_loop", None)
+        self.allocate_loop_features = frozenset(getattr(impl, "ALLOCATE_LOOP_FEATURES", ()))
 
     def __repr__(self) -> str:
         return f"<kai backend {self.name!r}>"

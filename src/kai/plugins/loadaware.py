@@ -30,6 +30,7 @@ from kai.framework import Plugin, Session, register_plugin
 from kai.framework.session import EventHandler
 from kai.plugins.loadaware_estimator import (
     ANN_CUSTOM_THRESHOLDS,
+    ANN_SCALING_FACTORS,
     ARGUMENTS,
     PRIORITY_PROD,
     LoadAwareArgs,
@@ -46,6 +47,13 @@ from kai.plugins.loadaware_estimator import (
 
 # Filter states (see kai.backends._common LA_*).
 _CHECK, _PASS, _EXPIRED = 0, 1, 2
+
+# Where a node's existing usage comes from, per profile (see _existing); the fused
+# allocate loop's row kinds (native/include/kai/allocate.hpp kRow*) use the same codes.
+ROW_USAGE, ROW_AGGREGATED, ROW_ESTIMATED, ROW_PROD = 0, 1, 2, 3
+
+# LoadAwareKernel.task_flags bits (allocate.hpp kProdPod, kNoFilter, kProdScore).
+FLAG_PROD_POD, FLAG_NO_FILTER, FLAG_PROD_SCORE = 1, 2, 4
 
 # Threshold kinds of a node for one pod, in reason-table order.
 _KIND_USAGE, _KIND_PROD, _KIND_AGG = 0, 1, 2
@@ -100,11 +108,50 @@ def _agg_index(metric: NodeMetricObject, resources: tuple[str, ...]) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class LoadAwareKernel:
+    """The plugin's kernel form: what the fused allocate loop needs to filter and score
+    the pending ``tasks`` itself and to follow the node cache as it places them.
+
+    Profiles 0 and 1 are the filter's for a pod (any, koord-prod), 2 and 3 the score's
+    (any, prod usage).  A pod placed on a ``counted`` node adds to each profile row the
+    delta its ``row_delta`` kind takes: ``max(estimate, 0)`` for ROW_USAGE and
+    ROW_AGGREGATED, the estimate for ROW_ESTIMATED and, for a koord-prod pod only, for
+    ROW_PROD (the contributions :meth:`LoadAwarePlugin._entry` makes for a pod without
+    reported usage, the only pods given to the loop).
+    """
+
+    allocatable: np.ndarray  # [N, R] int64
+    existing: np.ndarray  # [4, N, R] int64: existing usage per profile
+    row_delta: np.ndarray  # [4, N] int64: ROW_* per profile row
+    thresholds: np.ndarray  # [2, N, R] int64
+    state: np.ndarray  # [2, N] int64: filter state (check, pass, expired)
+    reason_slot: np.ndarray  # [2, N] int64: reason of the node's first resource
+    reasons: list[str]  # the filter's reasons; the last is the expired metric's
+    valid: np.ndarray  # [N] bool: nodes scored
+    weights: np.ndarray  # [R] int64
+    dominant_weight: int
+    score_weight: float
+    counted: np.ndarray  # [N] bool: nodes whose cache counts pods
+    estimates: np.ndarray  # [T, R] int64, one row per task
+    task_flags: np.ndarray  # [T] int64: FLAG_* bits
+
+
+def _row_kinds(prod: np.ndarray, agg: np.ndarray, agg_found: np.ndarray) -> np.ndarray:
+    """Per node, where its existing usage comes from (ROW_*) for one profile."""
+    kinds = np.full(len(prod), ROW_USAGE, dtype=np.int64)
+    kinds[agg & agg_found] = ROW_AGGREGATED
+    kinds[agg & ~agg_found] = ROW_ESTIMATED
+    kinds[prod] = ROW_PROD
+    return kinds
+
+
 class LoadAwarePlugin(Plugin):
     """Koordinator LoadAwareScheduling: filter and score nodes by their real usage."""
 
     name = "loadaware"
     arguments = ARGUMENTS
+    native_allocate = True  # see kernel_form
 
     def __init__(self, args: Mapping[str, Any] | None = None) -> None:
         super().__init__(args)
@@ -199,6 +246,8 @@ class LoadAwarePlugin(Plugin):
         self._score_profiles: dict[bool, tuple[np.ndarray, ...]] = {}
         self.entries: dict[Task, _PodEntry] = {}
         self._estimates: dict[Task, np.ndarray] = {}
+        self._estimates_by_shape: dict[tuple, np.ndarray] = {}
+        self._reported = frozenset(key for usage in self.pod_usage for key in usage)
         for task in ssn.state.tasks + ssn.state.foreign_tasks:
             self._sync(task)
 
@@ -233,8 +282,24 @@ class LoadAwarePlugin(Plugin):
     def _estimate(self, task: Task) -> np.ndarray:
         e = self._estimates.get(task)
         if e is None:
-            e = self._estimates[task] = estimate_pod(self.la, task.pod)
+            # Pods of one workload share what the estimate reads: estimate each shape once.
+            pod = task.pod
+            custom = self.la.allow_customize_estimation
+            shape = (
+                koord_priority_class(pod),
+                tuple(pod.requests.items()),
+                tuple(pod.limits.items()),
+                pod.annotations.get(ANN_SCALING_FACTORS) if custom else None,
+            )
+            e = self._estimates_by_shape.get(shape)
+            if e is None:
+                e = self._estimates_by_shape[shape] = estimate_pod(self.la, pod)
+            self._estimates[task] = e
         return e
+
+    def handles(self, handler: EventHandler) -> bool:
+        """Whether ``handler`` is the one this plugin registered (its node cache)."""
+        return handler.allocate_func == self._on_event
 
     def _on_event(self, event) -> None:
         self._sync(event.task)
@@ -297,14 +362,15 @@ class LoadAwarePlugin(Plugin):
     def _existing(
         self, prod: np.ndarray, agg: np.ndarray, agg_usage: np.ndarray, agg_found: np.ndarray
     ) -> np.ndarray:
-        """``B`` per node: prod rows, aggregated rows, or node usage rows."""
+        """``B`` per node: prod rows, aggregated rows, or node usage rows (the row kinds
+        of :func:`_row_kinds`)."""
         b = self.node_usage + self.node_delta
         if agg.any():
-            rows = agg & agg_found
+            rows = agg & agg_found  # ROW_AGGREGATED
             b[rows] = agg_usage[rows] + self.node_delta[rows]
-            rows = agg & ~agg_found
+            rows = agg & ~agg_found  # ROW_ESTIMATED
             b[rows] = self.node_estimated[rows]
-        if prod.any():
+        if prod.any():  # ROW_PROD
             b[prod] = self.prod_usage[prod] + self.prod_delta[prod]
         return b
 
@@ -356,21 +422,27 @@ class LoadAwarePlugin(Plugin):
         cached = self._filter_profiles[is_prod] = (prod, agg, thresholds, state, slots)
         return cached
 
-    def _score(self, task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
-        la = self.la
-        n = len(self.ssn.nodes)
-        prod_pod = la.score_according_prod_usage and (
-            koord_priority_class(task.pod) == PRIORITY_PROD
-        )
+    def _score_profile(self, prod_pod: bool) -> tuple[np.ndarray, ...]:
+        """Per node, for a pod scored on prod usage or not: (prod rows, aggregated rows,
+        scored nodes).  Fixed for the session: made once per kind of pod."""
         profile = self._score_profiles.get(prod_pod)
-        if profile is None:  # fixed for the session: made once per kind of pod
+        if profile is None:
+            la = self.la
+            n = len(self.ssn.nodes)
             agg_score = bool(la.aggregated and la.aggregated.score_aggregation_type)
             profile = self._score_profiles[prod_pod] = (
                 np.full(n, prod_pod, dtype=np.bool_),
                 np.full(n, agg_score and not prod_pod, dtype=np.bool_),
                 self.has_metric & ~self.expired & self.has_status,
             )
-        prod, agg, valid = profile
+        return profile
+
+    def _score(self, task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
+        la = self.la
+        prod_pod = la.score_according_prod_usage and (
+            koord_priority_class(task.pod) == PRIORITY_PROD
+        )
+        prod, agg, valid = self._score_profile(prod_pod)
         existing = self._existing(prod, agg, self.score_agg, self.score_agg_found)
         scores = self.ssn.backend.loadaware_score(
             existing,
@@ -381,6 +453,66 @@ class LoadAwarePlugin(Plugin):
             valid,
         )
         return scores.astype(np.float64) * la.score_weight
+
+    # ------------------------------------------------------------ kernel form
+    def kernel_form(self, tasks: list[Task]) -> LoadAwareKernel | None:
+        """The filter, score and node cache of this session for the fused allocate loop
+        placing ``tasks``; None when some task's usage is already reported (its
+        contributions then depend on its node: the plugin's own path handles it)."""
+        reported = self._reported
+        if reported and any(t.key in reported for t in tasks):
+            return None
+        la = self.la
+        n, r = len(self.ssn.nodes), len(la.resources)
+        if r == 0:
+            return None
+        existing = np.empty((4, n, r), dtype=np.int64)
+        row_delta = np.empty((4, n), dtype=np.int64)
+        thresholds = np.empty((2, n, r), dtype=np.int64)
+        state = np.empty((2, n), dtype=np.int64)
+        reason_slot = np.empty((2, n), dtype=np.int64)
+        for p, is_prod in enumerate((False, True)):
+            prod, agg, thr, st, slots = self._filter_profile(is_prod)
+            existing[p] = self._existing(prod, agg, self.filter_agg, self.filter_agg_found)
+            row_delta[p] = _row_kinds(prod, agg, self.filter_agg_found)
+            thresholds[p], state[p], reason_slot[p] = thr, st, slots
+        for p, prod_score in ((2, False), (3, True)):
+            prod, agg, valid = self._score_profile(prod_score)
+            existing[p] = self._existing(prod, agg, self.score_agg, self.score_agg_found)
+            row_delta[p] = _row_kinds(prod, agg, self.score_agg_found)
+        estimates = np.zeros((len(tasks), r), dtype=np.int64)
+        flags = np.zeros(len(tasks), dtype=np.int64)
+        for i, task in enumerate(tasks):
+            pod = task.pod
+            estimates[i] = self._estimate(task)
+            f = 0
+            if koord_priority_class(pod) == PRIORITY_PROD:
+                f |= FLAG_PROD_POD | (FLAG_PROD_SCORE if la.score_according_prod_usage else 0)
+            if is_daemonset_pod(pod):
+                f |= FLAG_NO_FILTER
+            flags[i] = f
+        return LoadAwareKernel(
+            allocatable=self.allocatable,
+            existing=existing,
+            row_delta=row_delta,
+            thresholds=thresholds,
+            state=state,
+            reason_slot=reason_slot,
+            reasons=self.reasons,
+            valid=self._score_profile(False)[2],
+            weights=self.weights,
+            dominant_weight=int(la.dominant_resource_weight),
+            score_weight=float(la.score_weight),
+            counted=self.has_metric,
+            estimates=estimates,
+            task_flags=flags,
+        )
+
+    def kernel_placed(self, tasks: list[Task]) -> None:
+        """Bring the node cache up to date with ``tasks``, placed by the fused loop
+        (which fires no events)."""
+        for task in tasks:
+            self._sync(task)
 
     # ---------------------------------------------------------------- helpers
     def node_state(self, name: str) -> dict:
