@@ -19,8 +19,12 @@ from typing import Any
 import pytest
 
 import kai
+from kai import _fast
 from kai.actions import fast_allocate
+from kai.api.model import TaskStatus
 from kai.backends import available_backends, get_backend
+from kai.config import SchedulerConfig
+from kai.framework.session import Session
 from tests.factory import NOW, node, pod, podgroup, priority_class, queue
 
 
@@ -255,3 +259,42 @@ def test_each_backend_says_whether_it_has_the_fused_loop() -> None:
     assert get_backend("python").allocate_loop is None
     for name in FAST_BACKENDS:
         assert callable(get_backend(name).allocate_loop)
+
+
+@pytest.mark.skipif(not FAST_BACKENDS, reason="no backend with an allocate kernel")
+@pytest.mark.skipif(_fast.module("loop") is None, reason="kai._fast.loop is not built")
+@pytest.mark.parametrize("seed", range(0, 40, 3))
+def test_compiled_columns_match_the_reference(seed: int) -> None:
+    """kai._fast.loop reads jobs and tasks into the loop's columns, and writes the
+    placements back, exactly as fast_allocate's Python functions do."""
+    objs, config = _cluster(seed)
+    snapshot = kai.Snapshot.from_objects(objs)
+    ssn = Session(snapshot.state(), SchedulerConfig.default(), now=kai.engine.parse_now(NOW))
+    ssn.open(SchedulerConfig.default().build_plugins())
+    jobs = list(ssn.jobs.values())
+    qidx = {name: i for i, name in enumerate(ssn.queues)}
+    task_keys, key_labels = fast_allocate._task_key_fns(ssn)
+    loop = _fast.module("loop")
+    reference = fast_allocate.job_columns(jobs, qidx, task_keys, key_labels)
+    assert loop.job_columns(jobs, qidx, task_keys, key_labels) == reference
+    assert reference is not None
+    tasks = reference[0]
+    index = ssn.nodes.index
+    ref_sources, *ref_rest = fast_allocate.task_columns(tasks, index)
+    sources, *rest = loop.task_columns(tasks, index)
+    assert rest == ref_rest
+    assert [id(v) for v in sources] == [id(v) for v in ref_sources]
+    # placements: every other task on some node, alternately pipelined
+    n_nodes = len(ssn.nodes)
+    pl_task = list(range(0, len(tasks), 2))
+    pl_node = [i % n_nodes for i in pl_task]
+    pl_pipe = [i % 4 == 0 for i in pl_task]
+    states = []
+    for place in (fast_allocate.place_decisions, loop.place_decisions):
+        for t in tasks:
+            t.node, t.status = -1, TaskStatus.PENDING
+        node_tasks: list[set] = [set() for _ in range(n_nodes)]
+        decisions: list = []
+        place(tasks, pl_task, pl_node, pl_pipe, ssn.nodes.names, node_tasks, decisions, "allocate")
+        states.append(([(t.node, t.status) for t in tasks], node_tasks, decisions))
+    assert states[0] == states[1]

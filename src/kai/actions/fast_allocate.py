@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from kai import _fast
 from kai.actions.common import describe_failures
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
@@ -72,6 +73,23 @@ _LOADAWARE_COMPONENT = 6
 _JOB_ORDER = {"priority", "elastic"}
 _TASK_ORDER = {"taskorder", "kubeflow", "ray"}
 _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
+
+#: job_columns: tasks, job_start, counted (job, active, non-pipelined, pipelined,
+#: allocated-set counts of the jobs with any), leaf queue, minMember, non-preemptible
+#: mode, negated priority, default order key.
+JobColumns = tuple[
+    list[Task],
+    list[int],
+    list[tuple[int, int, int, int, int]],
+    list[int],
+    list[int],
+    list[int],
+    list[int],
+    list[tuple],
+]
+#: task_columns: distinct request vectors, each task's row among them, one task per
+#: constraint set, each task's constraint set, (task, node) of the nominated tasks.
+TaskColumns = tuple[list[np.ndarray], list[int], list[Task], list[int], list[tuple[int, int]]]
 
 KIND_OK, KIND_NO_TASKS, KIND_OVER_LIMIT, KIND_OVER_QUOTA, KIND_NO_NODE = 0, 1, 2, 3, 4
 
@@ -234,69 +252,13 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
 
     # ---- tasks and jobs
     task_keys, key_labels = _task_key_fns(ssn)
-    pending_status = TaskStatus.PENDING
-    tasks: list[Task] = []
-    job_start = [0]
-    counted: list[tuple[int, int, int, int, int]] = []  # jobs with active/allocated tasks
-    # Per-job columns, gathered in the same pass over the jobs.
-    job_leaf: list[int] = []
-    job_min: list[int] = []
-    job_np_mode: list[int] = []
-    job_priority: list[int] = []
-    # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
-    # time.
-    default_keys: list[tuple] = []
-    # Bound once: these run for every job of a large session.
-    add_leaf, add_min, add_np_mode = job_leaf.append, job_min.append, job_np_mode.append
-    add_priority, add_default_key = job_priority.append, default_keys.append
-    add_task, add_start = tasks.append, job_start.append
-    for j, job in enumerate(jobs):
-        queue = job.queue
-        add_leaf(-1 if queue is None else qidx.get(queue, -1))
-        add_min(job.min_member)
-        add_np_mode(2 if job.preemptibility == SEMI_PREEMPTIBLE else (0 if job.preemptible else 1))
-        add_priority(-job.priority)
-        ts = job.creation_timestamp
-        add_default_key((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
-        job_tasks = job.tasks
-        if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
-            # The common case: a single pending pod.
-            t = job_tasks[0]
-            if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
-                return None  # shared GPUs: the slow path
-            add_task(t)
-            add_start(len(tasks))
-            continue
-        pending = []
-        active = nonpipe = pipelined = allocset = 0
-        for t in job_tasks:
-            status = t.status
-            if status is pending_status:
-                if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
-                    return None  # shared GPUs: the slow path
-                pending.append(t)
-                continue  # neither active nor allocated
-            if t.virtually_evicted:
-                return None
-            if status in ACTIVE_ALLOCATED:
-                active += 1
-                if status is TaskStatus.PIPELINED:
-                    pipelined += 1
-                else:
-                    nonpipe += 1
-            if status in ALLOCATED:
-                allocset += 1
-        if len(pending) > 1:
-            # Lexicographic (task_keys..., default) as stable sorts, last key first:
-            # one cheap key call per task and pass instead of a tuple per task.
-            pending.sort(key=_default_key)
-            if any(not key_labels.isdisjoint(t.pod.labels) for t in pending):
-                for key_fn in reversed(task_keys):
-                    pending.sort(key=key_fn)
-        tasks.extend(pending)
-        job_start.append(len(tasks))
-        if active or allocset:
-            counted.append((j, active, nonpipe, pipelined, allocset))
+    compiled = _fast.module("loop")
+    job_cols: JobColumns | None = (job_columns if compiled is None else compiled.job_columns)(
+        jobs, qidx, task_keys, key_labels
+    )
+    if job_cols is None:
+        return None
+    tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys = job_cols
     job_counts = np.zeros((4, len(jobs)), dtype=np.int64)
     for j, active, nonpipe, pipelined, allocset in counted:
         job_counts[:, j] = (active, nonpipe, pipelined, allocset)
@@ -322,47 +284,10 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
 
     # ---- task arrays
     n_res = nodes.idle.shape[1]
-    # Pods of one workload share their request vector: stack each once.
-    by_id: dict[int, int] = {}
-    sources: list[np.ndarray] = []
-    rows: list[int] = []
-    sig_index: dict[Any, int] = {}
-    sig_tasks: list[Task] = []
-    sigs: list[int] = []
-    nominated_at: list[tuple[int, int]] = []
-    node_index = nodes.index
-    add_row, add_sig = rows.append, sigs.append
-    last_request, row = None, -1  # neighbouring tasks mostly share their vector
-    unconstrained = -1  # the constraint set of pods with none, once seen
-    for i, t in enumerate(tasks):  # one pass: request rows and constraint sets
-        request = t.request
-        if request is not last_request:
-            row = by_id.get(id(request), -1)
-            if row < 0:
-                row = by_id[id(request)] = len(sources)
-                sources.append(request)
-            last_request = request
-        add_row(row)
-        pod = t.pod
-        if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
-            key: Any = (
-                tuple(sorted(pod.node_selector.items())),
-                repr(pod.required_node_affinity),
-                tuple(pod.tolerations),
-            )
-            s = sig_index.get(key, -1)
-            if s < 0:
-                s = sig_index[key] = len(sig_tasks)
-                sig_tasks.append(t)
-        elif unconstrained >= 0:
-            s = unconstrained
-        else:
-            s = unconstrained = sig_index[None] = len(sig_tasks)
-            sig_tasks.append(t)
-        add_sig(s)
-        nominated = pod.nominated_node_name
-        if nominated:
-            nominated_at.append((i, node_index.get(nominated, -1)))
+    task_cols: TaskColumns = (task_columns if compiled is None else compiled.task_columns)(
+        tasks, nodes.index
+    )
+    sources, rows, sig_tasks, sigs, nominated_at = task_cols
     if tasks:
         task_req = np.array(sources, dtype=np.float64)[np.array(rows, dtype=np.int64)]
     else:
@@ -488,21 +413,148 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     return plan
 
 
+def job_columns(
+    jobs: list[Job], qidx: dict[str, int], task_keys: list, key_labels: frozenset[str]
+) -> JobColumns | None:
+    """The loop's tasks (each job's pending tasks in task order) and per-job columns;
+    None when a job needs the slow path (a shared-GPU task, a virtually evicted one).
+
+    The reference of ``kai._fast.loop.job_columns``, which gives the same columns.
+    """
+    pending_status = TaskStatus.PENDING
+    tasks: list[Task] = []
+    job_start = [0]
+    counted: list[tuple[int, int, int, int, int]] = []  # jobs with active/allocated tasks
+    # Per-job columns, gathered in the same pass over the jobs.
+    job_leaf: list[int] = []
+    job_min: list[int] = []
+    job_np_mode: list[int] = []
+    job_priority: list[int] = []
+    # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
+    # time.
+    default_keys: list[tuple] = []
+    # Bound once: these run for every job of a large session.
+    add_leaf, add_min, add_np_mode = job_leaf.append, job_min.append, job_np_mode.append
+    add_priority, add_default_key = job_priority.append, default_keys.append
+    add_task, add_start = tasks.append, job_start.append
+    for j, job in enumerate(jobs):
+        queue = job.queue
+        add_leaf(-1 if queue is None else qidx.get(queue, -1))
+        add_min(job.min_member)
+        add_np_mode(2 if job.preemptibility == SEMI_PREEMPTIBLE else (0 if job.preemptible else 1))
+        add_priority(-job.priority)
+        ts = job.creation_timestamp
+        add_default_key((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
+        job_tasks = job.tasks
+        if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
+            # The common case: a single pending pod.
+            t = job_tasks[0]
+            if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                return None  # shared GPUs: the slow path
+            add_task(t)
+            add_start(len(tasks))
+            continue
+        pending = []
+        active = nonpipe = pipelined = allocset = 0
+        for t in job_tasks:
+            status = t.status
+            if status is pending_status:
+                if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                    return None  # shared GPUs: the slow path
+                pending.append(t)
+                continue  # neither active nor allocated
+            if t.virtually_evicted:
+                return None
+            if status in ACTIVE_ALLOCATED:
+                active += 1
+                if status is TaskStatus.PIPELINED:
+                    pipelined += 1
+                else:
+                    nonpipe += 1
+            if status in ALLOCATED:
+                allocset += 1
+        if len(pending) > 1:
+            # Lexicographic (task_keys..., default) as stable sorts, last key first:
+            # one cheap key call per task and pass instead of a tuple per task.
+            pending.sort(key=_default_key)
+            if any(not key_labels.isdisjoint(t.pod.labels) for t in pending):
+                for key_fn in reversed(task_keys):
+                    pending.sort(key=key_fn)
+        tasks.extend(pending)
+        job_start.append(len(tasks))
+        if active or allocset:
+            counted.append((j, active, nonpipe, pipelined, allocset))
+    return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys
+
+
+def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
+    """Per task: its request vector's row among the distinct vectors, its constraint
+    set (node selector, required affinity, tolerations) and its nominated node.
+
+    The reference of ``kai._fast.loop.task_columns``, which gives the same columns.
+    """
+    # Pods of one workload share their request vector: stack each once.
+    by_id: dict[int, int] = {}
+    sources: list[np.ndarray] = []
+    rows: list[int] = []
+    sig_index: dict[Any, int] = {}
+    sig_tasks: list[Task] = []
+    sigs: list[int] = []
+    nominated_at: list[tuple[int, int]] = []
+    add_row, add_sig = rows.append, sigs.append
+    last_request, row = None, -1  # neighbouring tasks mostly share their vector
+    unconstrained = -1  # the constraint set of pods with none, once seen
+    for i, t in enumerate(tasks):  # one pass: request rows and constraint sets
+        request = t.request
+        if request is not last_request:
+            row = by_id.get(id(request), -1)
+            if row < 0:
+                row = by_id[id(request)] = len(sources)
+                sources.append(request)
+            last_request = request
+        add_row(row)
+        pod = t.pod
+        if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
+            key: Any = (
+                tuple(sorted(pod.node_selector.items())),
+                repr(pod.required_node_affinity),
+                tuple(pod.tolerations),
+            )
+            s = sig_index.get(key, -1)
+            if s < 0:
+                s = sig_index[key] = len(sig_tasks)
+                sig_tasks.append(t)
+        elif unconstrained >= 0:
+            s = unconstrained
+        else:
+            s = unconstrained = sig_index[None] = len(sig_tasks)
+            sig_tasks.append(t)
+        add_sig(s)
+        nominated = pod.nominated_node_name
+        if nominated:
+            nominated_at.append((i, node_index.get(nominated, -1)))
+    return sources, rows, sig_tasks, sigs, nominated_at
+
+
 # ------------------------------------------------------------------ replay
-def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
-    nodes = ssn.nodes
-    names = nodes.names
-    node_tasks = nodes.tasks
-    jobs, tasks = plan.jobs, plan.tasks
-    action = ssn.current_action
-    decisions = ssn.decisions
-    now = ssn.now
+def place_decisions(
+    tasks: list[Task],
+    pl_task: list[int],
+    pl_node: list[int],
+    pl_pipe: list[int],
+    names: list[str],
+    node_tasks: list[set[Task]],
+    decisions: list[Decision],
+    action: str,
+) -> None:
+    """Put the placed tasks on their nodes (binding, or pipelined) and append their
+    decisions, in placement order.
+
+    The reference of ``kai._fast.loop.place_decisions``, which does the same.
+    """
     binding, pipelined_status = TaskStatus.BINDING, TaskStatus.PIPELINED
-    # The kernel keeps only committed placements (a failed gang's are truncated), in
-    # attempt order: the decisions come out in the order the slow path makes them.
-    pl_task = out["pl_task"].tolist()
     append = decisions.append
-    for t, node, pipelined in zip(pl_task, out["pl_node"].tolist(), out["pl_pipe"].tolist()):
+    for t, node, pipelined in zip(pl_task, pl_node, pl_pipe):
         task = tasks[t]
         task.node = node
         node_tasks[node].add(task)
@@ -512,6 +564,26 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
         else:
             task.status = binding
             append(Decision(action, "bind", task, names[node], []))
+
+
+def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
+    nodes = ssn.nodes
+    jobs, tasks = plan.jobs, plan.tasks
+    now = ssn.now
+    # The kernel keeps only committed placements (a failed gang's are truncated), in
+    # attempt order: the decisions come out in the order the slow path makes them.
+    pl_task = out["pl_task"].tolist()
+    compiled = _fast.module("loop")
+    (place_decisions if compiled is None else compiled.place_decisions)(
+        tasks,
+        pl_task,
+        out["pl_node"].tolist(),
+        out["pl_pipe"].tolist(),
+        nodes.names,
+        nodes.tasks,
+        ssn.decisions,
+        ssn.current_action,
+    )
     if plan.loadaware is not None:
         plan.loadaware.kernel_placed([tasks[t] for t in pl_task])
     kinds = out["att_kind"]

@@ -1,0 +1,167 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled per-job and per-task loops around the fused allocate loop.
+
+``job_columns`` and ``task_columns`` read every job and pending task of a session into
+the loop's columns; ``place_decisions`` puts the placed tasks on their nodes and makes
+their decisions. They are ``kai.actions.fast_allocate``'s functions of the same names,
+which stay the reference: both give the same columns and the same state.
+"""
+
+from kai.actions.fast_allocate import _default_key
+from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, TaskStatus
+from kai.api.preemptibility import SEMI_PREEMPTIBLE
+from kai.framework.session import Decision
+
+from kai._fast.slots cimport layout, make
+
+cdef object PENDING = TaskStatus.PENDING
+cdef object PIPELINED = TaskStatus.PIPELINED
+cdef object BINDING = TaskStatus.BINDING
+
+cdef tuple DECISION_FIELDS = (
+    "action", "type", "task", "node", "gpu_groups", "reason", "pod", "pod_group_annotations",
+)
+cdef Py_ssize_t DECISION_OFF[8]
+cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
+
+
+def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels):
+    """``kai.actions.fast_allocate.job_columns``, compiled."""
+    cdef list tasks = []
+    cdef list job_start = [0]
+    cdef list counted = []
+    cdef list job_leaf = []
+    cdef list job_min = []
+    cdef list job_np_mode = []
+    cdef list job_priority = []
+    cdef list default_keys = []
+    cdef frozenset active_allocated = ACTIVE_ALLOCATED
+    cdef frozenset allocated = ALLOCATED
+    cdef list job_tasks, pending
+    cdef Py_ssize_t j = 0
+    cdef Py_ssize_t active, nonpipe, pipelined, allocset
+    for job in jobs:
+        queue = job.queue
+        job_leaf.append(-1 if queue is None else qidx.get(queue, -1))
+        job_min.append(job.min_member)
+        if job.preemptibility == SEMI_PREEMPTIBLE:
+            job_np_mode.append(2)
+        else:
+            job_np_mode.append(0 if job.preemptible else 1)
+        job_priority.append(-job.priority)
+        ts = job.creation_timestamp
+        default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
+        job_tasks = job.tasks
+        if len(job_tasks) == 1 and job_tasks[0].status is PENDING:
+            t = job_tasks[0]
+            if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                return None
+            tasks.append(t)
+            job_start.append(len(tasks))
+            j += 1
+            continue
+        pending = []
+        active = nonpipe = pipelined = allocset = 0
+        for t in job_tasks:
+            status = t.status
+            if status is PENDING:
+                if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                    return None
+                pending.append(t)
+                continue
+            if t.virtually_evicted:
+                return None
+            if status in active_allocated:
+                active += 1
+                if status is PIPELINED:
+                    pipelined += 1
+                else:
+                    nonpipe += 1
+            if status in allocated:
+                allocset += 1
+        if len(pending) > 1:
+            pending.sort(key=_default_key)
+            if any(not key_labels.isdisjoint(t.pod.labels) for t in pending):
+                for key_fn in reversed(task_keys):
+                    pending.sort(key=key_fn)
+        tasks.extend(pending)
+        job_start.append(len(tasks))
+        if active or allocset:
+            counted.append((j, active, nonpipe, pipelined, allocset))
+        j += 1
+    return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys
+
+
+def task_columns(list tasks, dict node_index):
+    """``kai.actions.fast_allocate.task_columns``, compiled."""
+    cdef dict by_id = {}
+    cdef list sources = []
+    cdef list rows = []
+    cdef dict sig_index = {}
+    cdef list sig_tasks = []
+    cdef list sigs = []
+    cdef list nominated_at = []
+    cdef Py_ssize_t i = 0, row = -1, s, unconstrained = -1
+    last_request = None
+    for t in tasks:
+        request = t.request
+        if request is not last_request:
+            row = by_id.get(id(request), -1)
+            if row < 0:
+                row = len(sources)
+                by_id[id(request)] = row
+                sources.append(request)
+            last_request = request
+        rows.append(row)
+        pod = t.pod
+        if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
+            key = (
+                tuple(sorted(pod.node_selector.items())),
+                repr(pod.required_node_affinity),
+                tuple(pod.tolerations),
+            )
+            s = sig_index.get(key, -1)
+            if s < 0:
+                s = len(sig_tasks)
+                sig_index[key] = s
+                sig_tasks.append(t)
+        elif unconstrained >= 0:
+            s = unconstrained
+        else:
+            s = unconstrained = len(sig_tasks)
+            sig_index[None] = s
+            sig_tasks.append(t)
+        sigs.append(s)
+        nominated = pod.nominated_node_name
+        if nominated:
+            nominated_at.append((i, node_index.get(nominated, -1)))
+        i += 1
+    return sources, rows, sig_tasks, sigs, nominated_at
+
+
+def place_decisions(
+    list tasks, list pl_task, list pl_node, list pl_pipe, list names, list node_tasks,
+    list decisions, action,
+):
+    """``kai.actions.fast_allocate.place_decisions``, compiled."""
+    cdef Py_ssize_t k, node
+    for k in range(len(pl_task)):
+        task = tasks[<Py_ssize_t>pl_task[k]]
+        node = pl_node[k]
+        task.node = node
+        (<set>node_tasks[node]).add(task)
+        if pl_pipe[k]:
+            task.status = PIPELINED
+            kind = "pipeline"
+        else:
+            task.status = BINDING
+            kind = "bind"
+        decisions.append(
+            make(Decision, DECISION_DIRECT, DECISION_OFF,
+                 (action, kind, task, names[node], [], None, "", None))
+        )
+
+
+def direct():
+    """Whether decisions are written slot by slot (see kai._fast.slots)."""
+    return DECISION_DIRECT
