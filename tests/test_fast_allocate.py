@@ -275,8 +275,8 @@ def test_compiled_columns_match_the_reference(seed: int) -> None:
     qidx = {name: i for i, name in enumerate(ssn.queues)}
     task_keys, key_labels = fast_allocate._task_key_fns(ssn)
     loop = _fast.module("loop")
-    reference = fast_allocate.job_columns(jobs, qidx, task_keys, key_labels)
-    assert loop.job_columns(jobs, qidx, task_keys, key_labels) == reference
+    reference = fast_allocate.job_columns(jobs, qidx, task_keys, key_labels, True)
+    assert loop.job_columns(jobs, qidx, task_keys, key_labels, True) == reference
     assert reference is not None
     tasks = reference[0]
     index = ssn.nodes.index
@@ -295,6 +295,8 @@ def test_compiled_columns_match_the_reference(seed: int) -> None:
             t.node, t.status = -1, TaskStatus.PENDING
         node_tasks: list[set] = [set() for _ in range(n_nodes)]
         decisions: list = []
-        place(tasks, pl_task, pl_node, pl_pipe, ssn.nodes.names, node_tasks, decisions, "allocate")
+        devices = [f"gpu-{i}" if i % 3 == 0 else None for i in pl_task]
+        names = ssn.nodes.names
+        place(tasks, pl_task, pl_node, pl_pipe, devices, names, node_tasks, decisions, "allocate")
         states.append(([(t.node, t.status) for t in tasks], node_tasks, decisions))
     assert states[0] == states[1]

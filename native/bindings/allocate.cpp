@@ -194,6 +194,47 @@ py::dict allocate_loop(const py::dict& d) {
   if (in.C > kai::alloc::kMaxComponents) {
     throw py::value_error("allocate_loop: more score components than the loop knows");
   }
+  // Shared GPUs, when the session has fractional tasks to place.
+  I64 sg_node, sg_tenants, sg_orders;
+  F64 sg_used, sg_releasing, sg_pipelined, sg_free_idle, sg_free_any, sg_portion;
+  Bool sg_from_releasing;
+  if (d.contains("sg_groups")) {
+    auto& sg = in.sg;
+    sg.on = true;
+    sg.G = dim("sg_groups");
+    const auto G = static_cast<std::size_t>(sg.G);
+    sg_node = get<I64>(d, "sg_group_node", G);
+    sg_used = get<F64>(d, "sg_group_used", G);
+    sg_releasing = get<F64>(d, "sg_group_releasing", G);
+    sg_pipelined = get<F64>(d, "sg_group_pipelined", G);
+    sg_tenants = get<I64>(d, "sg_group_tenants", G);
+    sg_from_releasing = get<Bool>(d, "sg_group_from_releasing", G);
+    sg_free_idle = get<F64>(d, "sg_free_idle", N);
+    sg_free_any = get<F64>(d, "sg_free_any", N);
+    sg_portion = get<F64>(d, "sg_task_portion", T);
+    sg_orders = get<I64>(d, "sg_gpu_order", static_cast<std::size_t>(py::len(d["sg_gpu_order"])));
+    for (std::size_t h = 0; h < G; ++h) {
+      const i64 node = sg_node.data()[h];
+      if (node < 0 || node >= in.N) throw py::value_error("allocate_loop: sg_group_node");
+    }
+    for (py::ssize_t o = 0; o < sg_orders.size(); ++o) {
+      const i64 kind = sg_orders.data()[o];
+      if (kind != kai::alloc::kGpuPack && kind != kai::alloc::kGpuSpread) {
+        throw py::value_error("allocate_loop: sg_gpu_order");
+      }
+    }
+    sg.group_node = sg_node.data();
+    sg.group_used = sg_used.data();
+    sg.group_releasing = sg_releasing.data();
+    sg.group_pipelined = sg_pipelined.data();
+    sg.group_tenants = sg_tenants.data();
+    sg.group_from_releasing = sg_from_releasing.data();
+    sg.free_idle = sg_free_idle.data();
+    sg.free_any = sg_free_any.data();
+    sg.task_portion = sg_portion.data();
+    sg.orders = static_cast<i64>(sg_orders.size());
+    sg.order_kinds = sg_orders.data();
+  }
   for (i64 c = 0; c < in.C; ++c) {
     if (comps.data()[c] == kai::alloc::kLoadAware && LR == 0) {
       throw py::value_error("allocate_loop: a loadaware score component without la_R");
@@ -232,6 +273,21 @@ py::dict allocate_loop(const py::dict& d) {
   r["pl_node"] = to_array(out.pl_node);
   r["pl_pipe"] = to_array(out.pl_pipe);
   if (LR > 0) r["la_existing"] = to_array(out.la_existing, LR);
+  r["aborted"] = out.aborted;
+  if (in.sg.on) {
+    r["pl_group"] = to_array(out.pl_group);
+    r["sg_node"] = to_array(out.sg_node);
+    r["sg_used"] = to_array(out.sg_used);
+    r["sg_releasing"] = to_array(out.sg_releasing);
+    r["sg_pipelined"] = to_array(out.sg_pipelined);
+    r["sg_tenants"] = to_array(out.sg_tenants);
+    r["sg_from_releasing"] = to_array(out.sg_from_releasing);
+    r["sg_alive"] = to_array(out.sg_alive);
+    r["sg_seq"] = to_array(out.sg_seq);
+    r["sg_opener"] = to_array(out.sg_opener);
+    r["att_device_short"] = to_array(out.att_device_short);
+    r["att_device_room"] = to_array(out.att_device_room);
+  }
   return r;
 }
 

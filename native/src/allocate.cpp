@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -62,7 +63,7 @@ class Loop {
   void run() {
     init();
     for (i64 j = 0; j < in_.J; ++j) push(j);
-    for (;;) {
+    while (!out_.aborted) {
       i64 j = pop();
       if (j < 0) break;
       attempt(j);
@@ -88,14 +89,11 @@ class Loop {
   std::vector<ScoreInputs> cand_inputs_;
   std::vector<double> score_;
   // node groups (select_any)
-  bool groups_on_ = false, ungroupable_ = false;
-  i64 groups_binpack_ = -1;
-  std::vector<double> class_, last_class_, groups_class_;
-  std::unordered_map<ScoreInputs, std::set<i64>, InputsHash, InputsEq> groups_;
-  std::map<double, i64> free_counts_;  // binpack: free amounts of grouped nodes with capacity
-  std::vector<ScoreInputs> node_inputs_;
-  std::vector<char> node_grouped_, dirty_mark_;
-  std::vector<i64> dirty_;
+  struct ClassGroups;
+  std::vector<double> class_;
+  std::vector<std::unique_ptr<ClassGroups>> class_groups_;
+  std::vector<std::pair<std::vector<double>, bool>> seen_;  // classes seen, groupable
+  i64 select_count_ = 0;
   // bucket index (free GPUs -> nodes), valid while index_on_
   bool index_on_ = false;
   bool releasing_zero_ = false;
@@ -113,10 +111,19 @@ class Loop {
   std::vector<i64> fc_counts_;
   std::vector<i64> fc_short_;
   std::vector<double> fc_free_;
-  std::vector<i64> fc_la_;  // the load-aware estimate and flags the counts are for
+  std::vector<double> fc_class_;  // the task class (task_class) the counts are for
   // loadaware
   bool la_on_ = false;
   i64 la_den_ = 0;
+  // shared GPUs: per node its devices (handles into out_.sg_*) in the order
+  // NodeTable.gpu_groups keeps them, and the most room on one of them
+  bool sg_on_ = false;
+  std::vector<std::vector<i64>> node_groups_;
+  std::vector<double> shared_idle_, shared_any_;
+  i64 next_seq_ = 0;
+  std::vector<i64> group_cands_;
+  i64 fc_device_short_ = 0;
+  double fc_device_room_ = 0.0;
 
   // ------------------------------------------------------------------ helpers
   const double* req(i64 t) const { return in_.task_req + t * in_.R; }
@@ -157,11 +164,33 @@ class Loop {
     la_on_ = la.R > 0;
     if (la_on_) {
       fc_counts_.assign(static_cast<std::size_t>(1 + in_.P + la.reasons), 0);
-      fc_la_.assign(static_cast<std::size_t>(la.R + 1), 0);
       la_den_ = la.dominant_weight;
       for (i64 r = 0; r < la.R; ++r) la_den_ += la.weights[r];
     }
+    init_shared();
     init_index();
+  }
+
+  void init_shared() {
+    const SharedGpus& sg = in_.sg;
+    sg_on_ = sg.on;
+    if (!sg_on_) return;
+    const auto N = static_cast<std::size_t>(in_.N);
+    node_groups_.assign(N, {});
+    shared_idle_.assign(sg.free_idle, sg.free_idle + N);
+    shared_any_.assign(sg.free_any, sg.free_any + N);
+    for (i64 h = 0; h < sg.G; ++h) {
+      out_.sg_node.push_back(sg.group_node[h]);
+      out_.sg_used.push_back(sg.group_used[h]);
+      out_.sg_releasing.push_back(sg.group_releasing[h]);
+      out_.sg_pipelined.push_back(sg.group_pipelined[h]);
+      out_.sg_tenants.push_back(sg.group_tenants[h]);
+      out_.sg_from_releasing.push_back(sg.group_from_releasing[h] ? 1 : 0);
+      out_.sg_alive.push_back(1);
+      out_.sg_seq.push_back(next_seq_++);
+      out_.sg_opener.push_back(-1);
+      node_groups_[static_cast<std::size_t>(sg.group_node[h])].push_back(h);
+    }
   }
 
   // --------------------------------------------------------------- bucket index
@@ -557,7 +586,149 @@ class Loop {
     return true;
   }
 
-  bool requests_gpu(i64 t) const { return req(t)[in_.gpu] > 0; }
+  bool requests_gpu(i64 t) const { return req(t)[in_.gpu] > 0 || shared_task(t); }
+
+  // ---------------------------------------------------------------- shared GPUs
+  double portion(i64 t) const { return sg_on_ ? in_.sg.task_portion[t] : 0.0; }
+  bool shared_task(i64 t) const { return portion(t) > 0.0; }
+
+  enum GroupState { kEmpty, kReleasing, kBusy };
+
+  // GpuGroup.state()
+  GroupState group_state(i64 h) const {
+    const auto k = static_cast<std::size_t>(h);
+    if (out_.sg_tenants[k] == 0) return kEmpty;
+    if (out_.sg_releasing[k] >= out_.sg_used[k] - 1e-9 && out_.sg_pipelined[k] <= 1e-9) {
+      return kReleasing;
+    }
+    return kBusy;
+  }
+  double group_free_idle(i64 h) const { return 1.0 - out_.sg_used[static_cast<std::size_t>(h)]; }
+  double group_free_any(i64 h) const {
+    const auto k = static_cast<std::size_t>(h);
+    return (1.0 - out_.sg_used[k]) + out_.sg_releasing[k];
+  }
+
+  // Session._shared_gpu_fit for task t on node n: a device with room for its fraction
+  // (on idle capacity alone with idle_only).
+  bool shared_fits(i64 t, i64 n, bool idle_only) const {
+    const double p = portion(t);
+    const bool valid = p > 0.0 && p <= 1.0 + 1e-9;
+    const double id = out_.idle[static_cast<std::size_t>(n * in_.R + in_.gpu)];
+    const double rl = out_.releasing[static_cast<std::size_t>(n * in_.R + in_.gpu)];
+    const bool whole_any = id + rl >= 1.0 - 1e-9;
+    const bool whole_idle = id >= 1.0 - 1e-9 && whole_any;
+    const auto k = static_cast<std::size_t>(n);
+    const bool idle_ok = valid && (whole_idle || shared_idle_[k] + 1e-9 >= p);
+    if (idle_only) return idle_ok;
+    return idle_ok || (valid && (whole_any || shared_any_[k] + 1e-9 >= p));
+  }
+
+  // Whether task t fits node n's resources (filter_nodes' fits_any / fits_idle).
+  bool fits_task(i64 t, i64 n, bool idle_only) {
+    return fits(req(t), n, idle_only) && (!shared_task(t) || shared_fits(t, n, idle_only));
+  }
+
+  // NodeTable._charge_group_state: a shared device counts as one GPU.
+  void charge_group_state(i64 n, i64 h, double sign) {
+    const GroupState state = group_state(h);
+    if (state == kEmpty) return;
+    const i64 g = in_.gpu;
+    used(n)[g] = used(n)[g] + sign;
+    if (state == kReleasing) {
+      rel(n)[g] = rel(n)[g] + sign;
+      idle(n)[g] = idle(n)[g] - sign;
+    } else if (out_.sg_from_releasing[static_cast<std::size_t>(h)]) {
+      rel(n)[g] = rel(n)[g] - sign;
+    } else {
+      idle(n)[g] = idle(n)[g] - sign;
+    }
+  }
+
+  // NodeTable._refresh_shared_free
+  void refresh_shared(i64 n) {
+    double best_idle = -1.0, best_any = -1.0;
+    for (i64 h : node_groups_[static_cast<std::size_t>(n)]) {
+      if (group_state(h) != kBusy) continue;
+      best_idle = std::max(best_idle, group_free_idle(h));
+      best_any = std::max(best_any, group_free_any(h));
+    }
+    shared_idle_[static_cast<std::size_t>(n)] = best_idle;
+    shared_any_[static_cast<std::size_t>(n)] = best_any;
+  }
+
+  // NodeTable._update_group: task t (allocated, or pipelined) joins (sign 1) or leaves
+  // (-1) device h of node n; h < 0 opens a new device.  Returns the device.
+  i64 update_group(i64 t, i64 n, i64 h, int sign, bool pipelined) {
+    if (h < 0) {
+      h = static_cast<i64>(out_.sg_node.size());
+      out_.sg_node.push_back(n);
+      out_.sg_used.push_back(0.0);
+      out_.sg_releasing.push_back(0.0);
+      out_.sg_pipelined.push_back(0.0);
+      out_.sg_tenants.push_back(0);
+      out_.sg_from_releasing.push_back(0);
+      out_.sg_alive.push_back(0);
+      out_.sg_seq.push_back(-1);
+      out_.sg_opener.push_back(t);
+    }
+    const auto k = static_cast<std::size_t>(h);
+    if (!out_.sg_alive[k]) {  // (again) a new entry at the end of the node's devices
+      out_.sg_used[k] = out_.sg_releasing[k] = out_.sg_pipelined[k] = 0.0;
+      out_.sg_tenants[k] = 0;
+      out_.sg_from_releasing[k] = pipelined ? 1 : 0;
+      out_.sg_alive[k] = 1;
+      out_.sg_seq[k] = next_seq_++;
+      node_groups_[static_cast<std::size_t>(n)].push_back(h);
+    }
+    charge_group_state(n, h, -1.0);
+    const double p = portion(t);
+    out_.sg_used[k] = out_.sg_used[k] + sign * p;
+    if (pipelined) out_.sg_pipelined[k] = out_.sg_pipelined[k] + sign * p;
+    out_.sg_tenants[k] += sign;
+    charge_group_state(n, h, 1.0);
+    if (out_.sg_tenants[k] == 0) {
+      out_.sg_alive[k] = 0;
+      auto& order = node_groups_[static_cast<std::size_t>(n)];
+      order.erase(std::find(order.begin(), order.end(), h));
+    }
+    refresh_shared(n);
+    return h;
+  }
+
+  // Session.ordered_gpu_groups' first device for task t on node n (-1: a whole free
+  // device), and whether it has room on idle capacity; false when there is none.
+  bool choose_group(i64 t, i64 n, i64* chosen, bool* device_idle) {
+    const double p = portion(t);
+    group_cands_.clear();
+    for (i64 h : node_groups_[static_cast<std::size_t>(n)]) {
+      if (group_state(h) != kBusy) continue;  // a released device is offered whole
+      if (group_free_any(h) + 1e-9 >= p) group_cands_.push_back(h);
+    }
+    const i64 g = in_.gpu;
+    if (idle(n)[g] + rel(n)[g] >= 1.0 - 1e-9) group_cands_.push_back(-1);
+    if (group_cands_.empty()) return false;
+    std::size_t best = 0;
+    if (in_.sg.orders > 0 && group_cands_.size() >= 2) {
+      double best_score = 0.0;
+      for (std::size_t i = 0; i < group_cands_.size(); ++i) {
+        const i64 h = group_cands_[i];
+        const double group_used = h < 0 ? 0.0 : out_.sg_used[static_cast<std::size_t>(h)];
+        double score = 0.0;
+        for (i64 o = 0; o < in_.sg.orders; ++o) {
+          score = score + (in_.sg.order_kinds[o] == kGpuPack ? group_used : 1.0 - group_used);
+        }
+        if (i == 0 || score > best_score) {
+          best = i;
+          best_score = score;
+        }
+      }
+    }
+    *chosen = group_cands_[best];
+    *device_idle =
+        *chosen < 0 ? idle(n)[g] >= 1.0 - 1e-9 : group_free_idle(*chosen) + 1e-9 >= p;
+    return true;
+  }
 
   // ------------------------------------------------------------------ loadaware
   i64* la_row(i64 profile, i64 n) {
@@ -645,8 +816,7 @@ class Loop {
   // Whether task t may go to node n (resources, predicates, load-aware filter); if so,
   // its score inputs.
   bool score_inputs(i64 t, i64 n, ScoreInputs& k) {
-    const double* rq = req(t);
-    if (!(fits(rq, n, false) && passes(in_.task_sig[t], n) && la_passes(t, n))) return false;
+    if (!(fits_task(t, n, false) && passes(in_.task_sig[t], n) && la_passes(t, n))) return false;
     const i64 R = in_.R;
     const bool gpu_task = requests_gpu(t);
     const i64 res = gpu_task ? in_.gpu : in_.cpu;
@@ -657,7 +827,12 @@ class Loop {
       double v = 0.0;
       switch (in_.comps[c]) {
         case kAvail:
-          v = fits(rq, n, true) ? scale : 0.0;
+          v = fits_task(t, n, true) ? scale : 0.0;
+          break;
+        case kGpuSharing:
+          v = shared_task(t) && shared_any_[static_cast<std::size_t>(n)] + 1e-9 >= portion(t)
+                  ? scale
+                  : 0.0;
           break;
         case kResType:
           v = (!gpu_task && in_.allocatable[n * R + in_.gpu] <= 0) ? scale : 0.0;
@@ -754,7 +929,7 @@ class Loop {
         best_score = s;
       }
     }
-    *on_idle = fits(req(t), best, true);
+    *on_idle = fits_task(t, best, true);
     return best;
   }
 
@@ -769,11 +944,14 @@ class Loop {
   }
 
   // ---------------------------------------------------------------- node groups
-  // Consecutive tasks alike (same request, constraint set, nominated node and load-aware
-  // estimate) see the same score inputs on every node the previous placement did not
-  // touch.  For such a run the nodes are grouped by score inputs: each task then scores
-  // one node per group and re-reads only the nodes touched since the last task.  The
-  // result is select_generic's: the best score, on a tie the lowest-numbered node.
+  // Tasks alike (same request, constraint set, nominated node, fraction and load-aware
+  // estimate) see the same score inputs on every node no placement touched since.  For
+  // a class of tasks that comes back, the nodes are grouped by score inputs: each task
+  // of the class then scores one node per group and re-reads only the nodes touched
+  // since the class's last task.  A few classes are kept at once (tasks of a few shapes
+  // interleave).  The result is select_generic's: the best score, on a tie the
+  // lowest-numbered node.
+
   // What makes two tasks alike, written into `out`.
   void task_class(i64 t, std::vector<double>& out) const {
     out.clear();
@@ -781,6 +959,7 @@ class Loop {
     out.insert(out.end(), rq, rq + in_.R);
     out.push_back(static_cast<double>(in_.task_sig[t]));
     out.push_back(static_cast<double>(in_.task_nom[t]));
+    out.push_back(portion(t));
     if (la_on_) {
       const i64* e = in_.la.estimates + t * in_.la.R;
       for (i64 r = 0; r < in_.la.R; ++r) out.push_back(static_cast<double>(e[r]));
@@ -793,120 +972,157 @@ class Loop {
            std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
   }
 
+  // The nodes grouped for one class of tasks.
+  struct ClassGroups {
+    std::vector<double> cls;
+    i64 binpack = -1;  // binpack's input (binpack_input), -1: none
+    i64 last_used = 0;
+    std::unordered_map<ScoreInputs, std::set<i64>, InputsHash, InputsEq> groups;
+    std::map<double, i64> free_counts;  // binpack: free amounts of grouped nodes with capacity
+    std::vector<ScoreInputs> inputs;
+    std::vector<char> grouped, dirty_mark;
+    std::vector<i64> dirty;
+  };
+  static constexpr std::size_t kClassGroups = 8;   // classes grouped at once
+  static constexpr std::size_t kClassesSeen = 32;  // classes remembered to see them back
+
   i64 select_any(i64 t, bool* on_idle) {
     task_class(t, class_);
-    if (groups_on_ && same(class_, groups_class_)) return select_grouped(t, on_idle);
-    groups_on_ = false;
-    if (same(class_, last_class_) && !ungroupable_) {
-      build_groups(t);
-      if (groups_on_) return select_grouped(t, on_idle);
-      ungroupable_ = true;  // as many groups as nodes: scanning is as fast
+    ++select_count_;
+    for (auto& cg : class_groups_) {
+      if (same(cg->cls, class_)) {
+        cg->last_used = select_count_;
+        return select_grouped(*cg, t, on_idle);
+      }
+    }
+    // A class seen before (and not found ungroupable) is grouped; a new one scanned.
+    for (auto& [cls, groupable] : seen_) {
+      if (!same(cls, class_)) continue;
+      if (!groupable) return select_generic(t, on_idle);
+      ClassGroups* cg = build_groups(t);
+      if (cg != nullptr) return select_grouped(*cg, t, on_idle);
+      groupable = false;  // about as many groups as nodes: scanning is as fast
       return select_generic(t, on_idle);
     }
-    last_class_.swap(class_);
-    ungroupable_ = false;
+    if (seen_.size() == kClassesSeen) seen_.erase(seen_.begin());
+    seen_.emplace_back(class_, true);
     return select_generic(t, on_idle);
   }
 
-  void group_insert(i64 t, i64 n) {
-    ScoreInputs& k = node_inputs_[static_cast<std::size_t>(n)];
+  void group_insert(ClassGroups& cg, i64 t, i64 n) {
+    ScoreInputs& k = cg.inputs[static_cast<std::size_t>(n)];
     if (!score_inputs(t, n, k)) return;
-    node_grouped_[static_cast<std::size_t>(n)] = 1;
-    groups_[k].insert(n);
-    if (groups_binpack_ >= 0 && k[kMaxInputs - 1] != 0.0) {
-      free_counts_[k[static_cast<std::size_t>(groups_binpack_)]] += 1;
+    cg.grouped[static_cast<std::size_t>(n)] = 1;
+    cg.groups[k].insert(n);
+    if (cg.binpack >= 0 && k[kMaxInputs - 1] != 0.0) {
+      cg.free_counts[k[static_cast<std::size_t>(cg.binpack)]] += 1;
     }
   }
 
-  void group_erase(i64 n) {
-    if (!node_grouped_[static_cast<std::size_t>(n)]) return;
-    node_grouped_[static_cast<std::size_t>(n)] = 0;
-    const ScoreInputs& k = node_inputs_[static_cast<std::size_t>(n)];
-    auto it = groups_.find(k);
+  void group_erase(ClassGroups& cg, i64 n) {
+    if (!cg.grouped[static_cast<std::size_t>(n)]) return;
+    cg.grouped[static_cast<std::size_t>(n)] = 0;
+    const ScoreInputs& k = cg.inputs[static_cast<std::size_t>(n)];
+    auto it = cg.groups.find(k);
     it->second.erase(n);
-    if (it->second.empty()) groups_.erase(it);
-    if (groups_binpack_ >= 0 && k[kMaxInputs - 1] != 0.0) {
-      auto c = free_counts_.find(k[static_cast<std::size_t>(groups_binpack_)]);
-      if (--c->second == 0) free_counts_.erase(c);
+    if (it->second.empty()) cg.groups.erase(it);
+    if (cg.binpack >= 0 && k[kMaxInputs - 1] != 0.0) {
+      auto c = cg.free_counts.find(k[static_cast<std::size_t>(cg.binpack)]);
+      if (--c->second == 0) cg.free_counts.erase(c);
     }
   }
 
-  void build_groups(i64 t) {
+  // Groups the nodes for task t's class (class_), in place of the least recently used
+  // class when kClassGroups are kept; nullptr when the nodes hardly group.
+  ClassGroups* build_groups(i64 t) {
     const auto N = static_cast<std::size_t>(in_.N);
-    groups_.clear();
-    free_counts_.clear();
-    node_inputs_.resize(N);
-    node_grouped_.assign(N, 0);
-    dirty_mark_.assign(N, 0);
-    dirty_.clear();
-    groups_binpack_ = binpack_input(t);
+    auto cg = std::make_unique<ClassGroups>();
+    cg->binpack = binpack_input(t);
+    cg->inputs.resize(N);
+    cg->grouped.assign(N, 0);
+    cg->dirty_mark.assign(N, 0);
     for (i64 n = 0; n < in_.N; ++n) {
-      group_insert(t, n);
-      if (groups_.size() > N / 4 + 8) {
-        groups_.clear();
-        free_counts_.clear();
-        return;  // mostly distinct nodes: no gain
-      }
+      group_insert(*cg, t, n);
+      if (cg->groups.size() > N / 4 + 8) return nullptr;
     }
-    groups_class_ = class_;
-    groups_on_ = true;
+    cg->cls = class_;
+    cg->last_used = select_count_;
+    if (class_groups_.size() == kClassGroups) {
+      auto lru = std::min_element(class_groups_.begin(), class_groups_.end(),
+                                  [](const auto& a, const auto& b) {
+                                    return a->last_used < b->last_used;
+                                  });
+      class_groups_.erase(lru);
+    }
+    class_groups_.push_back(std::move(cg));
+    return class_groups_.back().get();
   }
 
   void group_touched(i64 n) {
-    if (!groups_on_ || dirty_mark_[static_cast<std::size_t>(n)]) return;
-    dirty_mark_[static_cast<std::size_t>(n)] = 1;
-    dirty_.push_back(n);
+    for (auto& cg : class_groups_) {
+      if (cg->dirty_mark[static_cast<std::size_t>(n)]) continue;
+      cg->dirty_mark[static_cast<std::size_t>(n)] = 1;
+      cg->dirty.push_back(n);
+    }
   }
 
-  i64 select_grouped(i64 t, bool* on_idle) {
-    for (i64 n : dirty_) {
-      dirty_mark_[static_cast<std::size_t>(n)] = 0;
-      group_erase(n);
-      group_insert(t, n);
+  i64 select_grouped(ClassGroups& cg, i64 t, bool* on_idle) {
+    for (i64 n : cg.dirty) {
+      cg.dirty_mark[static_cast<std::size_t>(n)] = 0;
+      group_erase(cg, n);
+      group_insert(cg, t, n);
     }
-    dirty_.clear();
-    if (groups_.empty()) return -1;
+    cg.dirty.clear();
+    if (cg.groups.empty()) return -1;
     Range range;
-    if (!free_counts_.empty()) {
+    if (!cg.free_counts.empty()) {
       range.any = true;
-      range.lo = free_counts_.begin()->first;
-      range.hi = free_counts_.rbegin()->first;
+      range.lo = cg.free_counts.begin()->first;
+      range.hi = cg.free_counts.rbegin()->first;
     }
     i64 best = -1;
     double best_score = 0.0;
-    for (const auto& [inputs, members] : groups_) {
+    for (const auto& [inputs, members] : cg.groups) {
       const double s = score(t, inputs, range);
-      if (std::isnan(s)) {
-        groups_on_ = false;  // NaN scores order by position only: scan
-        return select_generic(t, on_idle);
-      }
+      if (std::isnan(s)) return select_generic(t, on_idle);  // NaN: by position only
       const i64 first = *members.begin();
       if (best < 0 || s > best_score || (s == best_score && first < best)) {
         best = first;
         best_score = s;
       }
     }
-    *on_idle = fits(req(t), best, true);
+    *on_idle = fits_task(t, best, true);
     return best;
   }
 
-  // filter_nodes' rejection counts: [insufficient resources, predicate 0, ...]; and in
-  // fc_short_ / fc_free_, per resource, the nodes short of it and the most they had free
-  // (Session.resource_shortage).
+
+  // filter_nodes' rejection counts: [insufficient resources, predicate 0, ..., then the
+  // load-aware reasons]; in fc_short_ / fc_free_, per resource, the nodes short of it
+  // and the most they had free; for a fractional task, the nodes with no room on a
+  // device and the most room one had (Session.resource_shortage).
   const std::vector<i64>& failure_counts(i64 t) {
+    task_class(t, class_);
+    if (fc_version_ == version_ && same(class_, fc_class_)) return fc_counts_;
     const double* rq = req(t);
     const i64 sig = in_.task_sig[t];
-    if (fc_version_ == version_ && fc_sig_ == sig &&
-        std::memcmp(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R)) == 0 &&
-        la_same(t)) {
-      return fc_counts_;
-    }
+    const bool shared = shared_task(t);
     std::fill(fc_counts_.begin(), fc_counts_.end(), 0);
     std::fill(fc_short_.begin(), fc_short_.end(), 0);
     std::fill(fc_free_.begin(), fc_free_.end(), 0.0);
+    fc_device_short_ = 0;
+    fc_device_room_ = 0.0;
     for (i64 n = 0; n < in_.N; ++n) {
-      if (!fits(rq, n, false)) {
-        fc_counts_[0] += 1;
+      const bool device_ok = !shared || shared_fits(t, n, false);
+      if (!device_ok) {
+        const auto k = static_cast<std::size_t>(n);
+        const double room = std::max(
+            std::max(std::max(shared_any_[k], shared_idle_[k]), 0.0),
+            idle(n)[in_.gpu] + rel(n)[in_.gpu] >= 1.0 - 1e-9 ? 1.0 : 0.0);
+        fc_device_room_ = fc_device_short_ == 0 ? room : std::max(fc_device_room_, room);
+        fc_device_short_ += 1;
+      }
+      const bool resources_ok = fits(rq, n, false);
+      if (!resources_ok) {
         const double* id = idle(n);
         const double* rl = rel(n);
         for (i64 r = 0; r < in_.R; ++r) {
@@ -916,6 +1132,9 @@ class Loop {
           fc_free_[k] = fc_short_[k] == 0 ? free : std::max(fc_free_[k], free);
           fc_short_[k] += 1;
         }
+      }
+      if (!resources_ok || !device_ok) {
+        fc_counts_[0] += 1;
         continue;
       }
       bool rejected = false;
@@ -936,26 +1155,15 @@ class Loop {
                            : la.reason_slot[profile * in_.N + n] + code;
       fc_counts_[static_cast<std::size_t>(1 + in_.P + slot)] += 1;
     }
-    if (la_on_) {
-      std::memcpy(fc_la_.data(), la_estimate(t), sizeof(i64) * static_cast<std::size_t>(in_.la.R));
-      fc_la_.back() = in_.la.task_flags[t];
-    }
     fc_version_ = version_;
-    fc_sig_ = sig;
-    std::memcpy(fc_req_.data(), rq, sizeof(double) * static_cast<std::size_t>(in_.R));
+    fc_class_ = class_;
     return fc_counts_;
   }
 
-  // Whether the cached failure counts were made for task t's load-aware estimate.
-  bool la_same(i64 t) const {
-    if (!la_on_) return true;
-    return fc_la_.back() == in_.la.task_flags[t] &&
-           std::memcmp(fc_la_.data(), la_estimate(t),
-                       sizeof(i64) * static_cast<std::size_t>(in_.la.R)) == 0;
-  }
-
   // ---------------------------------------------------------- node accounting
-  void place(i64 n, i64 t, bool pipelined) {
+  // Task t joins node n (pipelined onto releasing capacity, or on idle); a fractional
+  // task joins device h (-1: opens one).  Returns its device (-1: none).
+  i64 place(i64 n, i64 t, bool pipelined, i64 h = -1) {
     const double* r = req(t);
     double* u = used(n);
     for (i64 k = 0; k < in_.R; ++k) u[k] = u[k] + r[k];
@@ -967,11 +1175,14 @@ class Loop {
       double* id = idle(n);
       for (i64 k = 0; k < in_.R; ++k) id[k] = id[k] - r[k];
     }
+    if (shared_task(t)) h = update_group(t, n, h, 1, pipelined);
     la_account(n, t, 1);
     touched(n);
+    return h;
   }
 
-  void unplace(i64 n, i64 t, bool pipelined) {
+  // Undoes place() (h: the device it returned).
+  void unplace(i64 n, i64 t, bool pipelined, i64 h) {
     const double* r = req(t);
     double* u = used(n);
     for (i64 k = 0; k < in_.R; ++k) u[k] = u[k] - r[k];
@@ -983,6 +1194,7 @@ class Loop {
       double* id = idle(n);
       for (i64 k = 0; k < in_.R; ++k) id[k] = id[k] + r[k];
     }
+    if (h >= 0) update_group(t, n, h, -1, pipelined);
     la_account(n, t, -1);
     touched(n);
   }
@@ -1000,6 +1212,8 @@ class Loop {
     for (std::size_t k = 0; k < fc_counts_.size(); ++k) out_.att_fail.push_back(0);
     for (i64 k = 0; k < in_.R; ++k) out_.att_short.push_back(0);
     for (i64 k = 0; k < in_.R; ++k) out_.att_free.push_back(0.0);
+    out_.att_device_short.push_back(0);
+    out_.att_device_room.push_back(0.0);
   }
 
   void attempt(i64 j) {
@@ -1037,12 +1251,14 @@ class Loop {
           sh[k] = fc_short_[static_cast<std::size_t>(k)];
           fr[k] = fc_free_[static_cast<std::size_t>(k)];
         }
+        out_.att_device_short.back() = fc_device_short_;
+        out_.att_device_room.back() = fc_device_room_;
         // roll back, newest first
         for (i64 k = placed - 1; k >= 0; --k) {
           const std::size_t at = static_cast<std::size_t>(pl0 + k);
           const i64 tt = out_.pl_task[at], nn = out_.pl_node[at];
           const bool pipe = out_.pl_pipe[at] != 0;
-          unplace(nn, tt, pipe);
+          unplace(nn, tt, pipe, out_.pl_group[at]);
           active_[j] -= 1;
           if (pipe) {
             pipelined_[j] -= 1;
@@ -1054,11 +1270,23 @@ class Loop {
         out_.pl_task.resize(static_cast<std::size_t>(pl0));
         out_.pl_node.resize(static_cast<std::size_t>(pl0));
         out_.pl_pipe.resize(static_cast<std::size_t>(pl0));
+        out_.pl_group.resize(static_cast<std::size_t>(pl0));
         jreq_ok_[j] = 0;
         return;
       }
-      const bool pipe = !on_idle;
-      place(n, t, pipe);
+      bool pipe = !on_idle;
+      i64 device = -1;
+      if (shared_task(t)) {
+        bool device_idle = false;
+        if (!choose_group(t, n, &device, &device_idle)) {
+          // The filter promised a device: never reached.  The caller takes the
+          // slow path, which reports what happened.
+          out_.aborted = true;
+          return;
+        }
+        pipe = !(on_idle && device_idle);
+      }
+      device = place(n, t, pipe, device);
       active_[j] += 1;
       if (pipe) {
         pipelined_[j] += 1;
@@ -1069,6 +1297,7 @@ class Loop {
       out_.pl_task.push_back(t);
       out_.pl_node.push_back(n);
       out_.pl_pipe.push_back(pipe ? 1 : 0);
+      out_.pl_group.push_back(device);
       ++placed;
     }
     // should_pipeline_job: a gang with a pipelined task not ready without it
@@ -1081,10 +1310,13 @@ class Loop {
         double* u = used(nn);
         double* id = idle(nn);
         double* rl = rel(nn);
+        const i64 device = out_.pl_group[at];
         for (i64 x = 0; x < in_.R; ++x) u[x] = u[x] - r[x];
         for (i64 x = 0; x < in_.R; ++x) id[x] = id[x] + r[x];
+        if (device >= 0) update_group(tt, nn, device, -1, false);
         for (i64 x = 0; x < in_.R; ++x) u[x] = u[x] + r[x];
         for (i64 x = 0; x < in_.R; ++x) rl[x] = rl[x] - r[x];
+        if (device >= 0) update_group(tt, nn, device, 1, true);
         releasing_changed();
         touched(nn);
         out_.pl_pipe[at] = 1;

@@ -42,7 +42,7 @@ struct LoadAware {
 // (kai.actions.fast_allocate._COMPONENTS).
 enum Comp : i64 {
   kAvail = 1,
-  kZero = 2,
+  kGpuSharing = 2,
   kResType = 3,
   kNominated = 4,
   kPlacement = 5,
@@ -60,6 +60,28 @@ inline constexpr i64 kRowUsage = 0;      // node usage + delta: max(estimate, 0)
 inline constexpr i64 kRowAggregated = 1; // aggregated usage + delta: max(estimate, 0)
 inline constexpr i64 kRowEstimated = 2;  // the estimates alone: estimate
 inline constexpr i64 kRowProd = 3;       // prod usage + prod delta: estimate of prod pods
+
+/// Shared GPU devices (fractional tasks): the devices shared at the session's start,
+/// each task's fraction, and the GPU order plugins.  A task of fraction p > 0 has no
+/// GPU in its request: it takes p of a shared device of its node, or opens a whole
+/// free device as a new shared one (kai.api.model.NodeTable's GPU groups).
+struct SharedGpus {
+  bool on = false;
+  i64 G = 0;                               // groups at the start, node by node in order
+  const i64* group_node = nullptr;         // [G]
+  const double* group_used = nullptr;      // [G]
+  const double* group_releasing = nullptr; // [G]
+  const double* group_pipelined = nullptr; // [G]
+  const i64* group_tenants = nullptr;      // [G]
+  const bool* group_from_releasing = nullptr;  // [G]
+  const double* free_idle = nullptr;       // [N]: the most room on a busy shared device
+  const double* free_any = nullptr;        // [N]: ... counting what is being released
+  const double* task_portion = nullptr;    // [T]: fraction of a device (0: whole GPUs)
+  i64 orders = 0;                          // GPU order scores, in registration order:
+  const i64* order_kinds = nullptr;        // kGpuPack (used) or kGpuSpread (1 - used)
+};
+inline constexpr i64 kGpuPack = 1;
+inline constexpr i64 kGpuSpread = 2;
 
 /// The loop's inputs: sizes and row-major arrays the caller keeps alive during run().
 struct Input {
@@ -97,6 +119,7 @@ struct Input {
   const i64* q_rank = nullptr;
   const double* total = nullptr;
   LoadAware la;
+  SharedGpus sg;
 };
 
 struct Output {
@@ -111,6 +134,20 @@ struct Output {
   std::vector<i64> pl_task, pl_node, pl_pipe;
   // [4, N, LoadAware::R]: existing usage per profile (filter 0/1, score 0/1 = 2/3).
   std::vector<i64> la_existing;
+  // Shared GPUs: per placement its device (-1: a whole-GPU task); per device (the
+  // devices at the start, then those opened, in the order opened) its node, state and
+  // the position it last got in its node's order (seq; a device closed is not alive),
+  // and the task that opened it (-1: one of the start).  Per attempt that failed for
+  // resources: the nodes with no room on a device for the task's fraction, and the
+  // most room any of them had.
+  std::vector<i64> pl_group;
+  std::vector<i64> sg_node, sg_tenants, sg_seq, sg_opener;
+  std::vector<double> sg_used, sg_releasing, sg_pipelined;
+  std::vector<char> sg_from_releasing, sg_alive;
+  std::vector<i64> att_device_short;
+  std::vector<double> att_device_room;
+  // The loop stopped on a case it does not take: the caller runs the slow path.
+  bool aborted = false;
 };
 
 /// Runs the loop.  ``out`` enters with the node matrices (idle, releasing, used) and the

@@ -25,7 +25,7 @@ cdef Py_ssize_t DECISION_OFF[8]
 cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
 
 
-def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels):
+def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint fractions):
     """``kai.actions.fast_allocate.job_columns``, compiled."""
     cdef list tasks = []
     cdef list job_start = [0]
@@ -54,7 +54,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels):
         job_tasks = job.tasks
         if len(job_tasks) == 1 and job_tasks[0].status is PENDING:
             t = job_tasks[0]
-            if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+            if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
                 return None
             tasks.append(t)
             job_start.append(len(tasks))
@@ -65,7 +65,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels):
         for t in job_tasks:
             status = t.status
             if status is PENDING:
-                if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+                if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
                     return None
                 pending.append(t)
                 continue
@@ -140,8 +140,8 @@ def task_columns(list tasks, dict node_index):
 
 
 def place_decisions(
-    list tasks, list pl_task, list pl_node, list pl_pipe, list names, list node_tasks,
-    list decisions, action,
+    list tasks, list pl_task, list pl_node, list pl_pipe, pl_device, list names,
+    list node_tasks, list decisions, action,
 ):
     """``kai.actions.fast_allocate.place_decisions``, compiled."""
     cdef Py_ssize_t k, node
@@ -156,9 +156,11 @@ def place_decisions(
         else:
             task.status = BINDING
             kind = "bind"
+        device = None if pl_device is None else pl_device[k]
+        groups = [] if device is None else [device]
         decisions.append(
             make(Decision, DECISION_DIRECT, DECISION_OFF,
-                 (action, kind, task, names[node], [], None, "", None))
+                 (action, kind, task, names[node], groups, None, "", None))
         )
 
 

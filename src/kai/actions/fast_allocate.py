@@ -2,8 +2,8 @@
 
 When every plugin of the session is a built-in that declares a native form
 (``native_allocate = True``) and nothing else hooks into allocate (no scalar predicates
-or node-order functions, no pre-predicates, no event handler but proportion's), the
-action's inputs are turned into compact arrays here:
+or node-order functions, no pre-predicates, no event handler but proportion's and
+loadaware's), the action's inputs are turned into compact arrays here:
 
 * nodes: idle / releasing / used / allocatable matrices, the GPU capacity nodeplacement
   spreads by;
@@ -15,7 +15,10 @@ action's inputs are turned into compact arrays here:
   preemptibility, job-order keys (static columns and the elastic state);
 * queues: root-to-leaf paths, deserved / limit / fair share / allocatable share /
   allocated / allocated non-preemptible, priority and age rank;
-* the score components in registration order and the nodeplacement strategies.
+* the score components in registration order and the nodeplacement strategies;
+* where the backend's loop takes them (``Backend.allocate_loop_features``): the
+  loadaware plugin's kernel form, and for fractional tasks the shared devices of the
+  nodes, each task's fraction and the GPU order plugins.
 
 The kernel (``_native.allocate_loop``, native/src/allocate.cpp; numba:
 ``kai.backends._numba_allocate``) performs exactly the slow path's decisions and
@@ -23,7 +26,8 @@ floating-point operations and returns the attempts in order (job, outcome, place
 failure details) and the final node and queue accounting.  :func:`_apply` replays that
 cheaply: task statuses and nodes, decisions, fit errors (with the slow path's
 messages), start timestamps, queue versions, and the node matrices and proportion
-shares as the kernel left them (bit-identical to the slow path's, rollbacks included).
+shares as the kernel left them (bit-identical to the slow path's, rollbacks included),
+and the shared devices (ids of the devices opened, tenants, room).
 
 ``KAI_FAST_ALLOCATE=0`` forces the slow path (tests compare the two).
 """
@@ -37,7 +41,7 @@ import numpy as np
 
 from kai import _fast
 from kai.actions.common import describe_failures
-from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
+from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, GpuGroup, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.api.resources import (
     CPU,
@@ -55,7 +59,13 @@ from kai.plugins.ordering import (
     task_priority,
 )
 from kai.plugins.proportion import allocatable_shares
-from kai.plugins.scoring import AVAILABILITY, MAX_HIGH_DENSITY, NOMINATED_NODE, RESOURCE_TYPE
+from kai.plugins.scoring import (
+    AVAILABILITY,
+    GPU_SHARING,
+    MAX_HIGH_DENSITY,
+    NOMINATED_NODE,
+    RESOURCE_TYPE,
+)
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
 
@@ -63,7 +73,7 @@ ENV_VAR = "KAI_FAST_ALLOCATE"
 # Comp) and the score the plugin gives (nodeplacement's: the most it gives).
 _COMPONENTS = {
     "nodeavailability": (1, AVAILABILITY),
-    "gpusharingorder": (2, 0.0),  # no shared device on the fast path
+    "gpusharingorder": (2, GPU_SHARING),
     "resourcetype": (3, RESOURCE_TYPE),
     "nominatednode": (4, NOMINATED_NODE),
     "nodeplacement": (5, MAX_HIGH_DENSITY),
@@ -73,6 +83,9 @@ _LOADAWARE_COMPONENT = 6
 _JOB_ORDER = {"priority", "elastic"}
 _TASK_ORDER = {"taskorder", "kubeflow", "ray"}
 _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
+# The GPU order plugins (devices for fractional tasks) and their kernel codes
+# (native/include/kai/allocate.hpp kGpuPack, kGpuSpread).
+_GPU_ORDER = {"gpupack": 1, "gpuspread": 2}
 
 #: job_columns: tasks, job_start, counted (job, active, non-pipelined, pipelined,
 #: allocated-set counts of the jobs with any), leaf queue, minMember, non-preemptible
@@ -113,6 +126,8 @@ def run(ssn: Session, jobs: list[Job]) -> bool:
     if plan is None:
         return False
     out = kernel(plan.inputs)
+    if out.get("aborted"):
+        return False  # nothing was changed: the slow path runs the action
     _apply(ssn, plan, out)
     return True
 
@@ -176,7 +191,16 @@ def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
 
 # ------------------------------------------------------------------ preparation
 class _Plan:
-    __slots__ = ("inputs", "jobs", "tasks", "queues", "predicate_names", "proportion", "loadaware")
+    __slots__ = (
+        "inputs",
+        "jobs",
+        "tasks",
+        "queues",
+        "predicate_names",
+        "proportion",
+        "loadaware",
+        "devices",
+    )
 
     def __init__(self) -> None:
         self.inputs: dict[str, Any] = {}
@@ -187,6 +211,8 @@ class _Plan:
         self.predicate_names: list[str] = []
         self.proportion: Any = None
         self.loadaware: Any = None
+        # The shared GPU devices at the start, in the loop's order: (node, id, device).
+        self.devices: list[tuple[int, str, GpuGroup]] | None = None
 
 
 def _default_key(x: Job | Task) -> tuple:
@@ -253,8 +279,11 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     # ---- tasks and jobs
     task_keys, key_labels = _task_key_fns(ssn)
     compiled = _fast.module("loop")
+    fractions = "shared-gpu" in ssn.backend.allocate_loop_features and all(
+        reg.plugin in _GPU_ORDER for reg in ssn.registered("gpu_order")
+    )
     job_cols: JobColumns | None = (job_columns if compiled is None else compiled.job_columns)(
-        jobs, qidx, task_keys, key_labels
+        jobs, qidx, task_keys, key_labels, fractions
     )
     if job_cols is None:
         return None
@@ -293,6 +322,11 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     else:
         task_req = np.zeros((0, n_res))
     task_qvec = np.ascontiguousarray(task_req[:, [CPU, MEMORY, GPU]])
+    portions = [(i, t.gpu_fraction) for i, t in enumerate(tasks) if t.gpu_fraction > 0]
+    if portions:
+        # A fractional task charges its fraction to its queue (proportion.queue_vector).
+        rows_at = np.array([i for i, _ in portions], dtype=np.int64)
+        task_qvec[rows_at, 2] = [p for _, p in portions]
     task_sig = np.array(sigs, dtype=np.int64)
     task_nom = np.full(len(tasks), -1, dtype=np.int64)
     for i, n in nominated_at:
@@ -385,6 +419,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "q_rank": np.array([s.rank for s in share_list], dtype=np.int64),
         "total": np.asarray(proportion.total, dtype=np.float64),
     }
+    if portions:
+        inputs.update(_shared_gpu_inputs(ssn, plan, len(tasks), portions))
     if la_form is not None:
         plan.predicate_names.extend(la_form.reasons)
         inputs.update(
@@ -414,10 +450,15 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
 
 
 def job_columns(
-    jobs: list[Job], qidx: dict[str, int], task_keys: list, key_labels: frozenset[str]
+    jobs: list[Job],
+    qidx: dict[str, int],
+    task_keys: list,
+    key_labels: frozenset[str],
+    fractions: bool,
 ) -> JobColumns | None:
     """The loop's tasks (each job's pending tasks in task order) and per-job columns;
-    None when a job needs the slow path (a shared-GPU task, a virtually evicted one).
+    None when a job needs the slow path (a task asking for GPU memory, or, unless
+    ``fractions``, for a fraction of a GPU; a virtually evicted task).
 
     The reference of ``kai._fast.loop.job_columns``, which gives the same columns.
     """
@@ -449,8 +490,8 @@ def job_columns(
         if len(job_tasks) == 1 and job_tasks[0].status is pending_status:
             # The common case: a single pending pod.
             t = job_tasks[0]
-            if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
-                return None  # shared GPUs: the slow path
+            if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
+                return None  # shared GPUs the loop does not take: the slow path
             add_task(t)
             add_start(len(tasks))
             continue
@@ -459,8 +500,8 @@ def job_columns(
         for t in job_tasks:
             status = t.status
             if status is pending_status:
-                if t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
-                    return None  # shared GPUs: the slow path
+                if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
+                    return None
                 pending.append(t)
                 continue  # neither active nor allocated
             if t.virtually_evicted:
@@ -536,34 +577,73 @@ def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
     return sources, rows, sig_tasks, sigs, nominated_at
 
 
+def _shared_gpu_inputs(
+    ssn: Session, plan: _Plan, n_tasks: int, portions: list[tuple[int, float]]
+) -> dict[str, Any]:
+    """The shared devices of the session and the tasks' fractions (allocate.hpp
+    SharedGpus)."""
+    nodes = ssn.nodes
+    devices = [
+        (i, gid, group)
+        for i, groups in enumerate(nodes.gpu_groups)
+        if groups
+        for gid, group in groups.items()
+    ]
+    plan.devices = devices
+    portion = np.zeros(n_tasks, dtype=np.float64)
+    for i, p in portions:
+        portion[i] = p
+    return {
+        "sg_groups": len(devices),
+        "sg_group_node": np.array([i for i, _, _ in devices], dtype=np.int64),
+        "sg_group_used": np.array([g.used for _, _, g in devices], dtype=np.float64),
+        "sg_group_releasing": np.array([g.releasing for _, _, g in devices], dtype=np.float64),
+        "sg_group_pipelined": np.array([g.pipelined for _, _, g in devices], dtype=np.float64),
+        "sg_group_tenants": np.array([len(g.tasks) for _, _, g in devices], dtype=np.int64),
+        "sg_group_from_releasing": np.array(
+            [g.from_releasing for _, _, g in devices], dtype=np.bool_
+        ),
+        "sg_free_idle": nodes.shared_free_idle,
+        "sg_free_any": nodes.shared_free_any,
+        "sg_task_portion": portion,
+        "sg_gpu_order": np.array(
+            [_GPU_ORDER[reg.plugin] for reg in ssn.registered("gpu_order")], dtype=np.int64
+        ),
+    }
+
+
 # ------------------------------------------------------------------ replay
 def place_decisions(
     tasks: list[Task],
     pl_task: list[int],
     pl_node: list[int],
     pl_pipe: list[int],
+    pl_device: list[str | None] | None,
     names: list[str],
     node_tasks: list[set[Task]],
     decisions: list[Decision],
     action: str,
 ) -> None:
     """Put the placed tasks on their nodes (binding, or pipelined) and append their
-    decisions, in placement order.
+    decisions, in placement order; ``pl_device``: the shared device of each placement
+    (None: a whole-GPU task), or None when there is none.
 
     The reference of ``kai._fast.loop.place_decisions``, which does the same.
     """
     binding, pipelined_status = TaskStatus.BINDING, TaskStatus.PIPELINED
     append = decisions.append
-    for t, node, pipelined in zip(pl_task, pl_node, pl_pipe):
+    for k, (t, node, pipelined) in enumerate(zip(pl_task, pl_node, pl_pipe)):
         task = tasks[t]
         task.node = node
         node_tasks[node].add(task)
+        device = None if pl_device is None else pl_device[k]
+        groups = [] if device is None else [device]
         if pipelined:
             task.status = pipelined_status
-            append(Decision(action, "pipeline", task, names[node], []))
+            append(Decision(action, "pipeline", task, names[node], groups))
         else:
             task.status = binding
-            append(Decision(action, "bind", task, names[node], []))
+            append(Decision(action, "bind", task, names[node], groups))
 
 
 def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
@@ -573,12 +653,14 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     # The kernel keeps only committed placements (a failed gang's are truncated), in
     # attempt order: the decisions come out in the order the slow path makes them.
     pl_task = out["pl_task"].tolist()
+    devices = None if plan.devices is None else _apply_devices(ssn, plan, out, pl_task)
     compiled = _fast.module("loop")
     (place_decisions if compiled is None else compiled.place_decisions)(
         tasks,
         pl_task,
         out["pl_node"].tolist(),
         out["pl_pipe"].tolist(),
+        devices,
         nodes.names,
         nodes.tasks,
         ssn.decisions,
@@ -614,6 +696,59 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
             versions[name] += count
 
 
+def _apply_devices(
+    ssn: Session, plan: _Plan, out: dict[str, Any], pl_task: list[int]
+) -> list[str | None]:
+    """The shared devices as the loop left them (NodeTable.gpu_groups, in each node's
+    order, and the room they leave); each placement's device id, which the fractional
+    tasks take."""
+    nodes = ssn.nodes
+    tasks = plan.tasks
+    assert plan.devices is not None
+    start = plan.devices
+    node_of = out["sg_node"].tolist()
+    opener = out["sg_opener"].tolist()
+    # Devices opened get their ids in the order they were opened, as the slow path's.
+    ids = [gid for _, gid, _ in start]
+    for h in range(len(start), len(node_of)):
+        ids.append(nodes.new_group_id(node_of[h], tasks[opener[h]].uid))
+    members: dict[int, list[Task]] = {}
+    placed_on: list[str | None] = []
+    for t, h in zip(pl_task, out["pl_group"].tolist()):
+        if h < 0:
+            placed_on.append(None)
+            continue
+        task = tasks[t]
+        task.gpu_group = ids[h]
+        members.setdefault(h, []).append(task)
+        placed_on.append(ids[h])
+    used, releasing = out["sg_used"].tolist(), out["sg_releasing"].tolist()
+    pipelined, seq = out["sg_pipelined"].tolist(), out["sg_seq"].tolist()
+    from_releasing = out["sg_from_releasing"].astype(bool).tolist()
+    alive = out["sg_alive"].astype(bool).tolist()
+    changed = {node_of[h] for h in range(len(start), len(node_of))}
+    for h, (node, _, group) in enumerate(start):
+        state = (group.used, group.releasing, group.pipelined, group.from_releasing)
+        now = (used[h], releasing[h], pipelined[h], from_releasing[h])
+        if state != now or h in members or not alive[h]:
+            changed.add(node)
+    by_node: dict[int, list[int]] = {}
+    for h, node in enumerate(node_of):
+        if node in changed and alive[h]:
+            by_node.setdefault(node, []).append(h)
+    for node in changed:
+        groups: dict[str, GpuGroup] = {}
+        for h in sorted(by_node.get(node, ()), key=seq.__getitem__):
+            group = start[h][2] if h < len(start) else GpuGroup()
+            group.used, group.releasing = used[h], releasing[h]
+            group.pipelined, group.from_releasing = pipelined[h], from_releasing[h]
+            group.tasks.update(members.get(h, ()))
+            groups[ids[h]] = group
+        nodes.gpu_groups[node] = groups
+        nodes._refresh_shared_free(node)
+    return placed_on
+
+
 def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.ndarray) -> None:
     """Record why each failed attempt (in attempt order) did not place its job."""
     jobs, tasks = plan.jobs, plan.tasks
@@ -621,6 +756,12 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
     names = ssn.state.resources.names
     # failure counts, request and shortage (Session.resource_shortage) -> description
     problems: dict[tuple, str] = {}
+    no_device = [0] * len(failed)
+    if "att_device_short" in out:  # fractional tasks: the nodes with no room on a device
+        device_short = out["att_device_short"][failed].tolist()
+        device_room = out["att_device_room"][failed].tolist()
+    else:
+        device_short = device_room = no_device
     rows = zip(
         failed.tolist(),
         out["att_kind"][failed].tolist(),
@@ -632,14 +773,37 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
         out["att_active"][failed].tolist(),
         out["att_short"][failed].tolist(),
         out["att_free"][failed].tolist(),
+        device_short,
+        device_room,
     )
-    for a, kind, j, placed, chunk, info, counts, active, short, most_free in rows:
+    for (
+        a,
+        kind,
+        j,
+        placed,
+        chunk,
+        info,
+        counts,
+        active,
+        short,
+        most_free,
+        dev_short,
+        dev_room,
+    ) in rows:
         job = jobs[j]
         if kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
             ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
             continue
         task = tasks[info]
-        key = (tuple(counts), tuple(task.request.tolist()), tuple(short), tuple(most_free))
+        key = (
+            tuple(counts),
+            tuple(task.request.tolist()),
+            tuple(short),
+            tuple(most_free),
+            task.gpu_fraction,
+            dev_short,
+            dev_room,
+        )
         problem = problems.get(key)
         if problem is None:
             failures: dict[str, int] = {}
@@ -648,9 +812,12 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
             for name, count in zip(plan.predicate_names, counts[1:]):
                 if count:
                     failures[name] = failures.get(name, 0) + count
-            shortage = describe_shortage(
-                vector_shortage(names, task.request, np.array(short), np.array(most_free))
-            )
+            entries = vector_shortage(names, task.request, np.array(short), np.array(most_free))
+            if dev_short:
+                # Session._device_shortage: the room on one device, not GPUs
+                needs = f"{task.gpu_fraction:g} of a device"
+                entries.append(("nvidia.com/gpu", dev_short, needs, f"{dev_room:g}"))
+            shortage = describe_shortage(entries)
             problem = problems[key] = describe_failures(failures, n_nodes, shortage)
         if chunk > 1 or job.min_member > 1:
             needed = job.min_member - active

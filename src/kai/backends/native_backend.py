@@ -30,7 +30,7 @@ NAME = "native"
 #: The fused allocate loop (native/src/allocate.cpp).
 allocate_loop = getattr(_native, "allocate_loop", None)
 #: Plugins besides the default set whose kernel form that loop consumes.
-ALLOCATE_LOOP_FEATURES = ("loadaware",) if allocate_loop is not None else ()
+ALLOCATE_LOOP_FEATURES = ("loadaware", "shared-gpu") if allocate_loop is not None else ()
 
 
 def fit_mask(request: Any, idle: Any, releasing: Any) -> tuple[BoolArray, BoolArray]:

@@ -1,0 +1,204 @@
+"""Fractional GPUs on the allocate fast path decide exactly as the slow path.
+
+Randomized clusters (fixed seeds) with shared devices already in use (several tenants,
+tenants being released, devices wholly released), whole-GPU pods running and being
+released beside them, and pending pods asking for fractions of a device (alone, in
+gangs, in elastic jobs, beside whole-GPU pods), under quotas and limits, with the GPU
+order plugins (gpupack, gpuspread) and both placement strategies.  The whole session
+result (decisions with their devices, pod states, reasons) of the fast path must equal
+the slow path's (``KAI_FAST_ALLOCATE=0``), and the shared devices it leaves must be the
+same, device by device.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+import kai
+from kai.actions import fast_allocate, get_action, register_builtins
+from kai.backends import available_backends, get_backend
+from kai.config import SchedulerConfig
+from kai.engine import parse_now
+from kai.framework.session import Session
+from tests.factory import NOW, node, pod, podgroup, queue
+
+SHARED_BACKENDS = [
+    b
+    for b in ("native", "numba")
+    if b in available_backends() and "shared-gpu" in get_backend(b).allocate_loop_features
+]
+SEEDS = range(60)
+FRACTIONS = (0.1, 0.2, 0.25, 0.3, 0.5, 0.5, 0.7)
+
+
+def _cluster(seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    objs: list[dict[str, Any]] = []
+    leaves = []
+    for q in range(rng.randint(1, 3)):
+        gpu = (rng.choice((-1, 2, 4, 8)), rng.choice((-1, -1, 6, 12)), 1)
+        if gpu[1] != -1 and gpu[0] != -1 and gpu[1] < gpu[0]:
+            gpu = (gpu[0], gpu[0], 1)
+        objs.append(queue(f"q{q}", gpu=gpu, priority=rng.choice((None, 100))))
+        leaves.append(f"q{q}")
+    names = []
+    for i in range(rng.randint(2, 10)):
+        name = f"n{i:02d}"
+        names.append(name)
+        objs.append(node(name, gpus=rng.choice((0, 2, 4, 4, 8)), cpu="32", memory="128Gi"))
+    gpu_nodes = [
+        n
+        for n, o in zip(names, objs[len(leaves) :])
+        if "nvidia.com/gpu" in o["status"]["allocatable"]
+    ]
+    # devices shared by running pods
+    for d in range(rng.randint(0, 6) if gpu_nodes else 0):
+        where = rng.choice(gpu_nodes)
+        group = f"{where}-dev{d}"
+        for k in range(rng.randint(1, 3)):
+            name = f"shared{d}-{k}"
+            objs.append(podgroup(name, queue=rng.choice(leaves)))
+            p = pod(
+                name,
+                group=name,
+                queue=rng.choice(leaves),
+                node=where,
+                fraction=rng.choice((0.2, 0.25, 0.3, 0.5)),
+                deleting=rng.random() < 0.3,
+                labels={"runai-gpu-group": group},
+            )
+            objs.append(p)
+    # whole-GPU pods running, some being released
+    for k in range(rng.randint(0, 5) if gpu_nodes else 0):
+        name = f"whole{k}"
+        objs.append(podgroup(name, queue=rng.choice(leaves)))
+        objs.append(
+            pod(
+                name,
+                group=name,
+                queue=rng.choice(leaves),
+                node=rng.choice(gpu_nodes),
+                gpus=1,
+                deleting=rng.random() < 0.4,
+            )
+        )
+    # pending jobs
+    for j in range(rng.randint(5, 30)):
+        size = rng.choice((1, 1, 1, 2, 3, 4))
+        group = f"job{j}"
+        q = rng.choice(leaves)
+        objs.append(
+            podgroup(
+                group,
+                queue=q,
+                min_member=rng.choice((size, size, 1)),
+                created=f"2026-11-22T{rng.randint(0, 11):02d}:00:00Z",
+            )
+        )
+        whole = rng.random() < 0.2
+        fraction = rng.choice(FRACTIONS)
+        for t in range(size):
+            if whole:
+                objs.append(pod(f"{group}-{t}", group=group, queue=q, gpus=rng.choice((1, 2))))
+            else:
+                objs.append(pod(f"{group}-{t}", group=group, queue=q, fraction=fraction))
+    plugins = [
+        {"name": "predicates"},
+        {"name": "proportion"},
+        {"name": "priority"},
+        {"name": "elastic"},
+        {"name": "nodeavailability"},
+        {"name": "gpusharingorder"},
+        {"name": "resourcetype"},
+        {"name": "taskorder"},
+        {"name": "nodeplacement", "arguments": {"gpu": rng.choice(("binpack", "spread"))}},
+    ]
+    order = rng.choice(((), ("gpupack",), ("gpuspread",), ("gpupack", "gpuspread")))
+    plugins.extend({"name": name} for name in order)
+    objs.append(
+        {
+            "apiVersion": "kai.scheduler/v1",
+            "kind": "SchedulerConfiguration",
+            "tiers": [{"plugins": plugins}],
+        }
+    )
+    return objs
+
+
+def _run(objs, actions, backend, fast, monkeypatch) -> dict[str, Any]:
+    monkeypatch.setenv(fast_allocate.ENV_VAR, "1" if fast else "0")
+    snapshot = kai.Snapshot.from_objects(objs)
+    return kai.run_session(snapshot, actions=actions, now=NOW, backend=backend).to_json(
+        explain=True
+    )
+
+
+def _devices_after_allocate(objs, backend, fast, monkeypatch) -> list:
+    """Per node, after allocate: its shared devices in order (id, state, tenants), the
+    room they leave, and its capacity."""
+    monkeypatch.setenv(fast_allocate.ENV_VAR, "1" if fast else "0")
+    snapshot = kai.Snapshot.from_objects(objs)
+    config = SchedulerConfig.from_object(snapshot.config)
+    ssn = Session(snapshot.state(), config, now=parse_now(NOW), backend=backend)
+    ssn.open(config.build_plugins())
+    register_builtins()
+    ssn.current_action = "allocate"
+    get_action("allocate")(ssn)
+    nodes = ssn.nodes
+    return [
+        (
+            [
+                (gid, g.used, g.releasing, g.pipelined, g.from_releasing)
+                + (sorted(t.uid for t in g.tasks),)
+                for gid, g in groups.items()
+            ],
+            nodes.shared_free_idle[i],
+            nodes.shared_free_any[i],
+            nodes.idle[i].tolist(),
+            nodes.releasing[i].tolist(),
+            nodes.used[i].tolist(),
+        )
+        for i, groups in enumerate(nodes.gpu_groups)
+    ]
+
+
+@pytest.mark.skipif(not SHARED_BACKENDS, reason="no fused loop takes fractional GPUs")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_shared_gpu_fast_path_matches_slow_path(seed: int, monkeypatch) -> None:
+    objs = _cluster(seed)
+    for actions in (["allocate"], None):
+        slow = _run(objs, actions, "python", False, monkeypatch)
+        for backend in SHARED_BACKENDS:
+            fast = _run(objs, actions, backend, True, monkeypatch)
+            assert fast == slow, f"seed {seed}, backend {backend}, actions {actions}"
+    slow_devices = _devices_after_allocate(objs, "python", False, monkeypatch)
+    for backend in SHARED_BACKENDS:
+        fast_devices = _devices_after_allocate(objs, backend, True, monkeypatch)
+        assert fast_devices == slow_devices, f"seed {seed}, backend {backend}: devices"
+
+
+@pytest.mark.skipif(not SHARED_BACKENDS, reason="no fused loop takes fractional GPUs")
+def test_shared_gpu_clusters_take_the_fast_path(monkeypatch) -> None:
+    """The random clusters run on the fast path, share devices and pipeline onto them,
+    and some fractional pods find no device."""
+    taken = []
+    real_run = fast_allocate.run
+
+    def spy(ssn, jobs):
+        done = real_run(ssn, jobs)
+        taken.append(done)
+        return done
+
+    monkeypatch.setattr(fast_allocate, "run", spy)
+    shared = pipelined = short = 0
+    for seed in SEEDS:
+        out = _run(_cluster(seed), ["allocate"], SHARED_BACKENDS[0], True, monkeypatch)
+        for d in out["decisions"]:
+            shared += bool(d.get("gpuGroups"))
+            pipelined += d["type"] == "pipeline" and bool(d.get("gpuGroups"))
+        short += sum("of a device" in (g["reason"] or "") for g in out["podGroups"].values())
+    assert sum(taken) >= 0.9 * len(SEEDS)
+    assert shared > 100 and pipelined > 5 and short > 5
