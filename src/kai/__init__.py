@@ -10,7 +10,7 @@ Embed it without any cluster connection::
         print(decision.type, decision.pod, decision.node)
 """
 
-import importlib.metadata as _metadata
+from typing import Any
 
 from kai.api.errors import ConfigError, InputError, KaiError
 from kai.config import SchedulerConfig
@@ -25,11 +25,21 @@ from kai.engine import (
 )
 from kai.framework import Event, EventHandler, NodeInfo, Plugin, Session, register_plugin
 
-try:
-    # The one source of the version is pyproject.toml, read from the installed metadata.
-    __version__: str = _metadata.version("kai")
-except _metadata.PackageNotFoundError:  # imported from a source tree never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    # __version__ is read on first use: importlib.metadata costs a fifth of kai's import.
+    if name == "__version__":
+        import importlib.metadata
+
+        try:
+            # The one source of the version is pyproject.toml, in the installed metadata.
+            version = importlib.metadata.version("kai")
+        except importlib.metadata.PackageNotFoundError:  # a source tree never installed
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module 'kai' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",

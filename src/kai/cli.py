@@ -7,7 +7,6 @@ import sys
 
 import click
 
-from kai import __version__
 from kai.api.errors import InputError
 
 
@@ -64,8 +63,23 @@ class _Group(click.Group):
             sys.exit(1)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        import kai
+
+        click.echo(f"kai, version {kai.__version__}")
+        ctx.exit()
+
+
 @click.group(cls=_Group)
-@click.version_option(version=__version__, prog_name="kai")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def main() -> None:
     """kai: a batch and GPU scheduling engine for Kubernetes."""
     from kai.memory import retain_memory
