@@ -251,7 +251,31 @@ def test_user_plugin_takes_the_slow_path(monkeypatch: pytest.MonkeyPatch) -> Non
     ssn = Session(snapshot.state(), config, now=kai.engine.parse_now(NOW), backend="python")
     ssn.open(config.build_plugins())
     ssn.add_node_order_fn(lambda task, info: 0.0)
-    assert fast_allocate._prepare(ssn, list(ssn.jobs.values())) is None
+    reason = fast_allocate._prepare(ssn, list(ssn.jobs.values()))
+    assert reason == "plugin (unnamed) registers a node_order function"
+
+
+def test_the_general_path_says_why_once(monkeypatch, caplog) -> None:
+    """A plugin without a kernel form sends allocate down the general path, and the
+    debug log says which plugin, once however many sessions run."""
+    import kai.plugins.examples  # noqa: F401  (registers the example plugins)
+
+    objs, _ = _cluster(2)
+    plugins = ["predicates", "proportion", "nodeplacement", "spot-instance-manager"]
+    config = {
+        "apiVersion": "kai.scheduler/v1",
+        "kind": "SchedulerConfiguration",
+        "tiers": [{"plugins": [{"name": name} for name in plugins]}],
+    }
+    monkeypatch.setattr(fast_allocate, "_said", set())
+    caplog.set_level("DEBUG", logger="kai.actions.fast_allocate")
+    for _ in range(3):
+        snapshot = kai.Snapshot.from_objects([*objs, config])
+        kai.run_session(snapshot, actions=["allocate"], now=NOW)
+    said = [r.getMessage() for r in caplog.records if r.name == "kai.actions.fast_allocate"]
+    assert said == [
+        "allocate takes the general path: plugin spot-instance-manager declares no kernel form"
+    ]
 
 
 def test_each_backend_says_whether_it_has_the_fused_loop() -> None:
@@ -273,7 +297,9 @@ def test_compiled_columns_match_the_reference(seed: int) -> None:
     ssn.open(SchedulerConfig.default().build_plugins())
     jobs = list(ssn.jobs.values())
     qidx = {name: i for i, name in enumerate(ssn.queues)}
-    task_keys, key_labels = fast_allocate._task_key_fns(ssn)
+    task_order = fast_allocate._task_key_fns(ssn)
+    assert task_order is not None
+    task_keys, key_labels = task_order
     loop = _fast.module("loop")
     reference = fast_allocate.job_columns(jobs, qidx, task_keys, key_labels, True)
     assert loop.job_columns(jobs, qidx, task_keys, key_labels, True) == reference

@@ -39,7 +39,7 @@ struct LoadAware {
 };
 
 // Score components (Input::comps), in the order the scorers registered
-// (kai.actions.fast_allocate._COMPONENTS).
+// (kai.framework.kernel.ScoreKind, declared by the scoring plugins).
 enum Comp : i64 {
   kAvail = 1,
   kGpuSharing = 2,

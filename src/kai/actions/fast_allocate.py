@@ -34,6 +34,7 @@ and the shared devices (ids of the devices opened, tenants, room).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -51,41 +52,17 @@ from kai.api.resources import (
     describe_shortage,
     vector_shortage,
 )
+from kai.framework.kernel import KernelScore
 from kai.framework.session import Decision, Session
-from kai.plugins.ordering import (
-    KUBEFLOW_ROLE_LABEL,
-    RAY_NODE_TYPE_LABEL,
-    TASK_PRIORITY_LABEL,
-    task_priority,
-)
-from kai.plugins.proportion import allocatable_shares
-from kai.plugins.scoring import (
-    AVAILABILITY,
-    GPU_SHARING,
-    MAX_HIGH_DENSITY,
-    NOMINATED_NODE,
-    RESOURCE_TYPE,
-)
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
 
-# Score components by scoring plugin: the kernel's code (native/src/allocate.cpp: enum
-# Comp) and the score the plugin gives (nodeplacement's: the most it gives).
-_COMPONENTS = {
-    "nodeavailability": (1, AVAILABILITY),
-    "gpusharingorder": (2, GPU_SHARING),
-    "resourcetype": (3, RESOURCE_TYPE),
-    "nominatednode": (4, NOMINATED_NODE),
-    "nodeplacement": (5, MAX_HIGH_DENSITY),
-}
-# The loadaware plugin's score (its weight is the plugin's scoreWeight argument).
-_LOADAWARE_COMPONENT = 6
+log = logging.getLogger(__name__)
+# The reasons for the general path said so far (each is logged once per process).
+_said: set[str] = set()
+
 _JOB_ORDER = {"priority", "elastic"}
-_TASK_ORDER = {"taskorder", "kubeflow", "ray"}
 _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
-# The GPU order plugins (devices for fractional tasks) and their kernel codes
-# (native/include/kai/allocate.hpp kGpuPack, kGpuSpread).
-_GPU_ORDER = {"gpupack": 1, "gpuspread": 2}
 
 #: job_columns: tasks, job_start, counted (job, active, non-pipelined, pipelined,
 #: allocated-set counts of the jobs with any), leaf queue, minMember, non-preemptible
@@ -123,7 +100,10 @@ def run(ssn: Session, jobs: list[Job]) -> bool:
     if kernel is None:
         return False
     plan = _prepare(ssn, jobs)
-    if plan is None:
+    if isinstance(plan, str):
+        if plan not in _said:  # once per reason: sessions repeat
+            _said.add(plan)
+            log.debug("allocate takes the general path: %s", plan)
         return False
     out = kernel(plan.inputs)
     if out.get("aborted"):
@@ -133,60 +113,76 @@ def run(ssn: Session, jobs: list[Job]) -> bool:
 
 
 # ------------------------------------------------------------------ eligibility
-def _plugins(ssn: Session) -> dict[str, Any] | None:
+def _plugins(ssn: Session) -> dict[str, Any] | str:
+    """The session's plugins by name, or why the loop cannot run them."""
     by_name: dict[str, Any] = {}
     for plugin in ssn.plugins:
         cls = type(plugin)
         if not getattr(cls, "native_allocate", False):
-            return None
+            return f"plugin {plugin.name} declares no kernel form"
         if not cls.__module__.startswith("kai.plugins."):
-            return None
+            return f"plugin {plugin.name} is not a built-in"
         if plugin.name in by_name:
-            return None
+            return f"plugin {plugin.name} is configured twice"
         by_name[plugin.name] = plugin
     return by_name
 
 
-def _eligible(ssn: Session, plugins: dict[str, Any]) -> bool:
+def _unsupported(ssn: Session, plugins: dict[str, Any]) -> str | None:
+    """Why the loop cannot run this session's allocate (None: it can)."""
     registered = ssn.registered
-    if any(registered(point) for point in _UNSUPPORTED_POINTS):
-        return False
+    for point in _UNSUPPORTED_POINTS:
+        for reg in registered(point):
+            return f"plugin {reg.plugin or '(unnamed)'} registers a {point} function"
     proportion = plugins.get("proportion")
     if proportion is None:
-        return False
+        return "the proportion plugin is not configured"
     loadaware = plugins.get("loadaware")
     if loadaware is not None and "loadaware" not in ssn.backend.allocate_loop_features:
-        return False
+        return f"the {ssn.backend.name} backend's loop does not take the loadaware plugin"
     handlers = ssn.event_handlers
-    if not any(proportion.handles(h) for h in handlers):
-        return False
-    if any(
+    if not any(proportion.handles(h) for h in handlers) or any(
         not (proportion.handles(h) or (loadaware is not None and loadaware.handles(h)))
         for h in handlers
     ):
-        return False
+        return "an event handler other than proportion's and loadaware's is registered"
     queue_order = registered("queue_order")
     if len(queue_order) != 1 or queue_order[0].plugin != "proportion":
-        return False
+        return "the queue order is not proportion's alone"
     capacity = registered("job_over_capacity")
     if not capacity or capacity[0].plugin != "proportion":
-        return False
-    if any(reg.plugin not in _JOB_ORDER for reg in registered("job_order")):
-        return False
-    if any(reg.plugin not in _TASK_ORDER for reg in registered("task_order")):
-        return False
+        return "the job capacity check is not proportion's"
+    for reg in registered("job_order"):
+        if reg.plugin not in _JOB_ORDER:
+            return f"plugin {reg.plugin} orders jobs"
     predicates = [reg.plugin for reg in registered("batch_predicate")]
     if loadaware is not None and predicates and predicates[-1] == "loadaware":
         predicates.pop()  # the loop runs the load-aware filter after the static masks
-    if any(plugin != "predicates" for plugin in predicates):
-        return False
-    scorers = registered("batch_node_order")
-    if any(
-        reg.plugin not in _COMPONENTS and not (reg.plugin == "loadaware" and loadaware)
-        for reg in scorers
-    ):
-        return False
-    return True
+    for name in predicates:
+        if name != "predicates":
+            return f"plugin {name} filters nodes (only predicates' filters, then loadaware's)"
+    # Each score must be one the plugin declares (kai.framework.kernel).
+    for reg in registered("batch_node_order"):
+        if _kernel_score(plugins, reg.plugin) is None:
+            return f"plugin {reg.plugin} declares no kernel form for its node score"
+    return None
+
+
+def _kernel_score(plugins: dict[str, Any], name: str) -> KernelScore | None:
+    plugin = plugins.get(name)
+    return getattr(plugin, "kernel_score", None) if plugin is not None else None
+
+
+def _gpu_order_kinds(ssn: Session, plugins: dict[str, Any]) -> list[int] | None:
+    """The GPU order plugins' declared kinds, in registration order (None: one has
+    none)."""
+    kinds = []
+    for reg in ssn.registered("gpu_order"):
+        kind = getattr(plugins.get(reg.plugin), "gpu_order_kind", None)
+        if kind is None:
+            return None
+        kinds.append(int(kind))
+    return kinds
 
 
 # ------------------------------------------------------------------ preparation
@@ -220,38 +216,34 @@ def _default_key(x: Job | Task) -> tuple:
     return ((1, 0.0) if ts is None else (0, ts), x.uid)
 
 
-def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]]:
-    """The registered task-order keys, and the pod labels they read.
+def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]] | None:
+    """The registered task-order keys (``order_key`` of each task-order function), and
+    the pod labels they read; None when a task order has no key.
 
     A pod without any of those labels gets the same value from every key, so a gang
     whose pods carry none of them is ordered by the default key alone.
     """
-
-    def taskorder(task: Task) -> tuple:
-        p = task_priority(task)
-        return (1, 0) if p is None else (0, -p)
-
-    def kubeflow(task: Task) -> int:
-        return 0 if task.pod.labels.get(KUBEFLOW_ROLE_LABEL) in ("master", "launcher") else 1
-
-    def ray(task: Task) -> int:
-        return 0 if task.pod.labels.get(RAY_NODE_TYPE_LABEL) == "head" else 1
-
-    fns = {
-        "taskorder": (taskorder, TASK_PRIORITY_LABEL),
-        "kubeflow": (kubeflow, KUBEFLOW_ROLE_LABEL),
-        "ray": (ray, RAY_NODE_TYPE_LABEL),
-    }
-    chosen = [fns[reg.plugin] for reg in ssn.registered("task_order")]
-    return [fn for fn, _ in chosen], frozenset(label for _, label in chosen)
+    keys: list = []
+    labels: set[str] = set()
+    for reg in ssn.registered("task_order"):
+        key = getattr(reg.fn, "order_key", None)
+        if key is None:
+            return None
+        keys.append(key)
+        labels.update(getattr(reg.fn, "order_labels", ()))
+    return keys, frozenset(labels)
 
 
-def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
+def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
+    """The loop's inputs, or why it cannot run this session's allocate."""
     plugins = _plugins(ssn)
-    if plugins is None or not _eligible(ssn, plugins):
-        return None
+    if isinstance(plugins, str):
+        return plugins
+    unsupported = _unsupported(ssn, plugins)
+    if unsupported is not None:
+        return unsupported
     if len({job.uid for job in jobs}) != len(jobs):
-        return None  # equal job keys: the heap's tie order is not reproduced
+        return "jobs with equal uids"  # the heap's tie order is not reproduced
     proportion = plugins["proportion"]
     nodes = ssn.nodes
     n_nodes = len(nodes)
@@ -259,34 +251,27 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     plan.proportion = proportion
 
     # ---- queues
-    queue_names = list(ssn.queues)
-    qidx = {name: i for i, name in enumerate(queue_names)}
-    shares = proportion.shares
-    if any(name not in shares for name in queue_names):
-        return None
-    path_start = [0]
-    path_items: list[int] = []
-    for name in queue_names:
-        path_items.extend(qidx[q] for q in ssn.queue_path(name))
-        path_start.append(len(path_items))
-    share_list = [shares[name] for name in queue_names]
-
-    def qmat(attr: str) -> np.ndarray:
-        if not share_list:
-            return np.zeros((0, 3))
-        return np.array([getattr(s, attr) for s in share_list], dtype=np.float64)
+    queues = proportion.kernel_form(ssn)
+    if queues is None:
+        return "a queue has no share"
+    qidx = {name: i for i, name in enumerate(queues.names)}
 
     # ---- tasks and jobs
-    task_keys, key_labels = _task_key_fns(ssn)
+    task_order = _task_key_fns(ssn)
+    if task_order is None:
+        return "a task order declares no order key"
+    task_keys, key_labels = task_order
     compiled = _fast.module("loop")
-    fractions = "shared-gpu" in ssn.backend.allocate_loop_features and all(
-        reg.plugin in _GPU_ORDER for reg in ssn.registered("gpu_order")
-    )
+    gpu_order = _gpu_order_kinds(ssn, plugins)
+    fractions = "shared-gpu" in ssn.backend.allocate_loop_features and gpu_order is not None
     job_cols: JobColumns | None = (job_columns if compiled is None else compiled.job_columns)(
         jobs, qidx, task_keys, key_labels, fractions
     )
     if job_cols is None:
-        return None
+        return (
+            "a pending pod asks for GPU memory or for a fraction of a GPU the loop does "
+            "not take, or a pod was evicted earlier in the session"
+        )
     tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys = job_cols
     job_counts = np.zeros((4, len(jobs)), dtype=np.int64)
     for j, active, nonpipe, pipelined, allocset in counted:
@@ -338,7 +323,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     if loadaware is not None:
         la_form = loadaware.kernel_form(tasks)
         if la_form is None:
-            return None
+            return "a pending pod's usage is already reported in a NodeMetric (loadaware)"
         plan.loadaware = loadaware
 
     # ---- predicate masks per constraint set
@@ -351,31 +336,31 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
             if ok is None:
                 continue
             if isinstance(ok, tuple):
-                return None
+                return f"predicate {reg.fn[0]} gives a reason per node"
             masks[s, p] = ok
 
     # ---- scoring
-    components = [
-        (_LOADAWARE_COMPONENT, la_form.score_weight)
-        if reg.plugin == "loadaware" and la_form is not None
-        else _COMPONENTS[reg.plugin]
-        for reg in ssn.registered("batch_node_order")
-    ]
+    components = []
+    for reg in ssn.registered("batch_node_order"):
+        declared = _kernel_score(plugins, reg.plugin)
+        assert declared is not None  # checked by _unsupported
+        components.append((int(declared.kind), declared.score))
     placement = plugins.get("nodeplacement")
-    gpu_binpack = placement is None or placement.gpu == "binpack"
-    cpu_binpack = placement is None or placement.cpu == "binpack"
-    cap_gpu = getattr(placement, "gpu_capacity", None)
-    if cap_gpu is None or len(cap_gpu) != n_nodes:
+    if placement is None:  # no placement score: the strategies do not matter
+        gpu_binpack = cpu_binpack = True
         cap_gpu = nodes.allocatable[:, GPU].copy()
+    else:
+        declared = placement.kernel_placement()
+        gpu_binpack, cpu_binpack = declared.gpu_binpack, declared.cpu_binpack
+        cap_gpu = declared.gpu_capacity
 
     max_depth = ssn.config.queue_depth_per_action.get("allocate")
-    q_deserved, q_limit, q_fair = qmat("deserved"), qmat("limit"), qmat("fair_share")
     inputs = {
         "N": n_nodes,
         "R": n_res,
         "T": len(tasks),
         "J": len(jobs),
-        "Q": len(queue_names),
+        "Q": len(queues.names),
         "S": masks.shape[0],
         "P": len(predicates),
         "K": len(kinds),
@@ -407,20 +392,21 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
         "job_np_mode": np.array(job_np_mode, dtype=np.int64),
         "job_key": np.ascontiguousarray(job_key, dtype=np.int64),
         "key_kinds": np.array(kinds, dtype=np.int64),
-        "q_path_start": np.array(path_start, dtype=np.int64),
-        "q_path": np.array(path_items, dtype=np.int64),
-        "q_deserved": q_deserved,
-        "q_limit": q_limit,
-        "q_fair": q_fair,
-        "q_allocatable": allocatable_shares(q_deserved, q_fair, q_limit),
-        "q_alloc": qmat("allocated"),
-        "q_alloc_np": qmat("allocated_non_preemptible"),
-        "q_priority": np.array([s.priority for s in share_list], dtype=np.int64),
-        "q_rank": np.array([s.rank for s in share_list], dtype=np.int64),
-        "total": np.asarray(proportion.total, dtype=np.float64),
+        "q_path_start": queues.path_start,
+        "q_path": queues.path,
+        "q_deserved": queues.deserved,
+        "q_limit": queues.limit,
+        "q_fair": queues.fair_share,
+        "q_allocatable": queues.allocatable,
+        "q_alloc": queues.allocated,
+        "q_alloc_np": queues.allocated_non_preemptible,
+        "q_priority": queues.priority,
+        "q_rank": queues.rank,
+        "total": queues.total,
     }
     if portions:
-        inputs.update(_shared_gpu_inputs(ssn, plan, len(tasks), portions))
+        assert gpu_order is not None  # fractions are taken only then
+        inputs.update(_shared_gpu_inputs(ssn, plan, len(tasks), portions, gpu_order))
     if la_form is not None:
         plan.predicate_names.extend(la_form.reasons)
         inputs.update(
@@ -445,7 +431,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | None:
     plan.inputs = inputs
     plan.jobs = jobs
     plan.tasks = tasks
-    plan.queues = queue_names
+    plan.queues = queues.names
     return plan
 
 
@@ -578,7 +564,11 @@ def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
 
 
 def _shared_gpu_inputs(
-    ssn: Session, plan: _Plan, n_tasks: int, portions: list[tuple[int, float]]
+    ssn: Session,
+    plan: _Plan,
+    n_tasks: int,
+    portions: list[tuple[int, float]],
+    gpu_order: list[int],
 ) -> dict[str, Any]:
     """The shared devices of the session and the tasks' fractions (allocate.hpp
     SharedGpus)."""
@@ -606,9 +596,7 @@ def _shared_gpu_inputs(
         "sg_free_idle": nodes.shared_free_idle,
         "sg_free_any": nodes.shared_free_any,
         "sg_task_portion": portion,
-        "sg_gpu_order": np.array(
-            [_GPU_ORDER[reg.plugin] for reg in ssn.registered("gpu_order")], dtype=np.int64
-        ),
+        "sg_gpu_order": np.array(gpu_order, dtype=np.int64),
     }
 
 
@@ -684,14 +672,9 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     nodes.used[...] = out["used"]
     nodes.version += 1 + len(pl_task)
     ssn._fits_idle_cache = None
-    shares = plan.proportion.shares
-    q_alloc, q_alloc_np = out["q_alloc"], out["q_alloc_np"]
+    plan.proportion.kernel_charged(plan.queues, out["q_alloc"], out["q_alloc_np"])
     versions = ssn.queue_versions
-    for qi, count in enumerate(out["q_events"].tolist()):
-        name = plan.queues[qi]
-        share = shares[name]
-        share.allocated[...] = q_alloc[qi]
-        share.allocated_non_preemptible[...] = q_alloc_np[qi]
+    for name, count in zip(plan.queues, out["q_events"].tolist()):
         if count:
             versions[name] += count
 

@@ -27,6 +27,7 @@ import numpy as np
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.objects import NodeMetricObject
 from kai.framework import Plugin, Session, register_plugin
+from kai.framework.kernel import KernelScore, ScoreKind
 from kai.framework.session import EventHandler
 from kai.plugins.loadaware_estimator import (
     ANN_CUSTOM_THRESHOLDS,
@@ -131,7 +132,6 @@ class LoadAwareKernel:
     valid: np.ndarray  # [N] bool: nodes scored
     weights: np.ndarray  # [R] int64
     dominant_weight: int
-    score_weight: float
     counted: np.ndarray  # [N] bool: nodes whose cache counts pods
     estimates: np.ndarray  # [T, R] int64, one row per task
     task_flags: np.ndarray  # [T] int64: FLAG_* bits
@@ -502,11 +502,15 @@ class LoadAwarePlugin(Plugin):
             valid=self._score_profile(False)[2],
             weights=self.weights,
             dominant_weight=int(la.dominant_resource_weight),
-            score_weight=float(la.score_weight),
             counted=self.has_metric,
             estimates=estimates,
             task_flags=flags,
         )
+
+    @property
+    def kernel_score(self) -> KernelScore:
+        """Its 0..100 score, weighted by ``scoreWeight``, as a score of the loop."""
+        return KernelScore(ScoreKind.LOAD_AWARE, float(self.la.score_weight))
 
     def kernel_placed(self, tasks: list[Task]) -> None:
         """Bring the node cache up to date with ``tasks``, placed by the fused loop

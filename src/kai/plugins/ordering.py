@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from kai.api.model import Job, Task
 from kai.framework import Plugin, Session, register_plugin
 
@@ -10,11 +13,21 @@ KUBEFLOW_ROLE_LABEL = "training.kubeflow.org/job-role"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 
 
-def _prefer(left: bool, right: bool) -> int:
-    """-1 if only the left has the property, 1 if only the right."""
-    if left == right:
-        return 0
-    return -1 if left else 1
+def _task_order_by_key(key: Callable[[Task], Any], label: str) -> Callable[[Task, Task], int]:
+    """A task-order function that orders by ``key`` (lower first).
+
+    It carries the key as ``order_key`` and the one pod label the key reads as
+    ``order_labels``: a pod without that label gets the same key as any other, which
+    the allocate loop uses to sort a gang's pods by key instead of by comparisons.
+    """
+
+    def task_order(left: Task, right: Task) -> int:
+        a, b = key(left), key(right)
+        return 0 if a == b else (-1 if a < b else 1)
+
+    task_order.order_key = key  # type: ignore[attr-defined]
+    task_order.order_labels = frozenset({label})  # type: ignore[attr-defined]
+    return task_order
 
 
 class PriorityPlugin(Plugin):
@@ -71,14 +84,14 @@ class TaskOrderPlugin(Plugin):
     name = "taskorder"
     native_allocate = True
 
-    def on_session_open(self, ssn: Session) -> None:
-        def task_order(left: Task, right: Task) -> int:
-            lp, rp = task_priority(left), task_priority(right)
-            if lp is None or rp is None:
-                return _prefer(lp is not None, rp is not None)
-            return 0 if lp == rp else (-1 if lp > rp else 1)
+    @staticmethod
+    def order_key(task: Task) -> tuple[int, int]:
+        """Labelled tasks first, the highest priority first."""
+        p = task_priority(task)
+        return (1, 0) if p is None else (0, -p)
 
-        ssn.add_task_order_fn(task_order)
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_task_order_fn(_task_order_by_key(self.order_key, TASK_PRIORITY_LABEL))
 
 
 class KubeflowPlugin(Plugin):
@@ -87,11 +100,12 @@ class KubeflowPlugin(Plugin):
     name = "kubeflow"
     native_allocate = True
 
-    def on_session_open(self, ssn: Session) -> None:
-        def leader(task: Task) -> bool:
-            return task.pod.labels.get(KUBEFLOW_ROLE_LABEL) in ("master", "launcher")
+    @staticmethod
+    def order_key(task: Task) -> int:
+        return 0 if task.pod.labels.get(KUBEFLOW_ROLE_LABEL) in ("master", "launcher") else 1
 
-        ssn.add_task_order_fn(lambda a, b: _prefer(leader(a), leader(b)))
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_task_order_fn(_task_order_by_key(self.order_key, KUBEFLOW_ROLE_LABEL))
 
 
 class RayPlugin(Plugin):
@@ -100,11 +114,12 @@ class RayPlugin(Plugin):
     name = "ray"
     native_allocate = True
 
-    def on_session_open(self, ssn: Session) -> None:
-        def head(task: Task) -> bool:
-            return task.pod.labels.get(RAY_NODE_TYPE_LABEL) == "head"
+    @staticmethod
+    def order_key(task: Task) -> int:
+        return 0 if task.pod.labels.get(RAY_NODE_TYPE_LABEL) == "head" else 1
 
-        ssn.add_task_order_fn(lambda a, b: _prefer(head(a), head(b)))
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.add_task_order_fn(_task_order_by_key(self.order_key, RAY_NODE_TYPE_LABEL))
 
 
 register_plugin("priority", PriorityPlugin)

@@ -67,6 +67,27 @@ def _within(deserved: list[float], total: list[float]) -> bool:
     return all(d == UNLIMITED or t <= d + 1e-9 for d, t in zip(deserved, total))
 
 
+@dataclass(frozen=True)
+class QueueKernel:
+    """The queue tree as the compiled allocate loop orders and charges it (proportion's
+    kernel form): per queue, in session order, its root-to-leaf path, [cpu, memory,
+    gpu] rows of deserved, limit, fair share, allocatable share, allocated and
+    allocated non-preemptible, its priority and age rank; and the cluster's total."""
+
+    names: list[str]
+    path_start: np.ndarray  # [Q + 1]: queue q's path is path[path_start[q]:path_start[q+1]]
+    path: np.ndarray
+    deserved: np.ndarray
+    limit: np.ndarray
+    fair_share: np.ndarray
+    allocatable: np.ndarray
+    allocated: np.ndarray
+    allocated_non_preemptible: np.ndarray
+    priority: np.ndarray
+    rank: np.ndarray
+    total: np.ndarray
+
+
 @dataclass
 class QueueShare:
     """Per-queue accounting, arrays indexed [cpu, memory, gpu]."""
@@ -438,6 +459,53 @@ class ProportionPlugin(Plugin):
         divide(None, self.total)
 
     # ----------------------------------------------------------- accounting
+    def kernel_form(self, ssn: Session) -> QueueKernel | None:
+        """The queue tree for the compiled allocate loop, queues in session order
+        (None when a queue has no share)."""
+        names = list(ssn.queues)
+        shares = self.shares
+        if any(name not in shares for name in names):
+            return None
+        index = {name: i for i, name in enumerate(names)}
+        path_start = [0]
+        path: list[int] = []
+        for name in names:
+            path.extend(index[q] for q in ssn.queue_path(name))
+            path_start.append(len(path))
+        rows = [shares[name] for name in names]
+
+        def matrix(attr: str) -> np.ndarray:
+            if not rows:
+                return np.zeros((0, 3))
+            return np.array([getattr(share, attr) for share in rows], dtype=np.float64)
+
+        deserved, limit, fair = matrix("deserved"), matrix("limit"), matrix("fair_share")
+        return QueueKernel(
+            names=names,
+            path_start=np.array(path_start, dtype=np.int64),
+            path=np.array(path, dtype=np.int64),
+            deserved=deserved,
+            limit=limit,
+            fair_share=fair,
+            allocatable=allocatable_shares(deserved, fair, limit),
+            allocated=matrix("allocated"),
+            allocated_non_preemptible=matrix("allocated_non_preemptible"),
+            priority=np.array([share.priority for share in rows], dtype=np.int64),
+            rank=np.array([share.rank for share in rows], dtype=np.int64),
+            total=np.asarray(self.total, dtype=np.float64),
+        )
+
+    def kernel_charged(
+        self, names: list[str], allocated: np.ndarray, allocated_non_preemptible: np.ndarray
+    ) -> None:
+        """Take the queues' allocations as the compiled loop left them (one row per
+        queue of ``names``)."""
+        shares = self.shares
+        for i, name in enumerate(names):
+            share = shares[name]
+            share.allocated[...] = allocated[i]
+            share.allocated_non_preemptible[...] = allocated_non_preemptible[i]
+
     def handles(self, handler: EventHandler) -> bool:
         """Whether ``handler`` is the one this plugin registered (its accounting)."""
         return handler.allocate_func == self._on_allocate

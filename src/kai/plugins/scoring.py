@@ -8,6 +8,7 @@ resource type > bin-packing/spreading.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from kai.api.model import Job, Task
 from kai.api.resources import CPU, GPU
 from kai.framework import NodeInfo, Plugin, Session, register_plugin
+from kai.framework.kernel import GpuOrderKind, KernelScore, ScoreKind
 
 MAX_HIGH_DENSITY = 9.0
 RESOURCE_TYPE = 10.0
@@ -25,11 +27,22 @@ NOMINATED_NODE = 10_000_000.0
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 
 
+@dataclass(frozen=True)
+class PlacementKernel:
+    """Node placement for the compiled allocate loop: the strategy per kind of task and
+    the GPU count spreading divides by."""
+
+    gpu_binpack: bool
+    cpu_binpack: bool
+    gpu_capacity: np.ndarray
+
+
 class NodePlacementPlugin(Plugin):
     """Bin-pack (default) or spread, separately for GPU and CPU-only workloads."""
 
     name = "nodeplacement"
     native_allocate = True
+    kernel_score = KernelScore(ScoreKind.PLACEMENT, MAX_HIGH_DENSITY)
     arguments = ("gpu", "cpu")
 
     def __init__(self, args: Mapping[str, Any] | None = None) -> None:
@@ -47,7 +60,7 @@ class NodePlacementPlugin(Plugin):
                     gpu_capacity[i] = float(raw)
                 except ValueError:
                     pass
-        self.gpu_capacity = gpu_capacity  # read by the native allocate loop
+        self.gpu_capacity = gpu_capacity
         backend = ssn.backend
 
         def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
@@ -66,12 +79,20 @@ class NodePlacementPlugin(Plugin):
 
         ssn.add_batch_node_order_fn(score)
 
+    def kernel_placement(self) -> PlacementKernel:
+        return PlacementKernel(
+            gpu_binpack=self.gpu == "binpack",
+            cpu_binpack=self.cpu == "binpack",
+            gpu_capacity=self.gpu_capacity,
+        )
+
 
 class NodeAvailabilityPlugin(Plugin):
     """Prefer nodes where the task fits on idle capacity (no pipelining needed)."""
 
     name = "nodeavailability"
     native_allocate = True
+    kernel_score = KernelScore(ScoreKind.AVAILABILITY, AVAILABILITY)
 
     def on_session_open(self, ssn: Session) -> None:
         def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
@@ -85,6 +106,7 @@ class GpuSharingOrderPlugin(Plugin):
 
     name = "gpusharingorder"
     native_allocate = True
+    kernel_score = KernelScore(ScoreKind.GPU_SHARING, GPU_SHARING)
 
     def on_session_open(self, ssn: Session) -> None:
         nodes = ssn.nodes
@@ -103,6 +125,7 @@ class ResourceTypePlugin(Plugin):
 
     name = "resourcetype"
     native_allocate = True
+    kernel_score = KernelScore(ScoreKind.RESOURCE_TYPE, RESOURCE_TYPE)
 
     def on_session_open(self, ssn: Session) -> None:
         cpu_only_nodes = (ssn.nodes.allocatable[:, GPU] <= 0).astype(np.float64) * RESOURCE_TYPE
@@ -119,6 +142,7 @@ class NominatedNodePlugin(Plugin):
 
     name = "nominatednode"
     native_allocate = True
+    kernel_score = KernelScore(ScoreKind.NOMINATED, NOMINATED_NODE)
 
     def on_session_open(self, ssn: Session) -> None:
         index = ssn.nodes.index
@@ -146,6 +170,7 @@ class GpuPackPlugin(Plugin):
 
     name = "gpupack"
     native_allocate = True
+    gpu_order_kind = GpuOrderKind.PACK
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_gpu_order_fn(lambda task, info, group: _group_used(info, group))
@@ -156,6 +181,7 @@ class GpuSpreadPlugin(Plugin):
 
     name = "gpuspread"
     native_allocate = True
+    gpu_order_kind = GpuOrderKind.SPREAD
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.add_gpu_order_fn(lambda task, info, group: 1.0 - _group_used(info, group))
