@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 import kai
@@ -202,3 +203,60 @@ def test_shared_gpu_clusters_take_the_fast_path(monkeypatch) -> None:
         short += sum("of a device" in (g["reason"] or "") for g in out["podGroups"].values())
     assert sum(taken) >= 0.9 * len(SEEDS)
     assert shared > 100 and pipelined > 5 and short > 5
+
+
+NO_PICKER = "native" not in available_backends() or get_backend("native").node_picker is None
+
+
+def _check_picker(seed: int, monkeypatch) -> int:
+    """Compare the picker with the session's filter and scorers on cluster ``seed``;
+    the number of pods a node was found for."""
+    from tests.test_fast_allocate import _cluster as plain_cluster
+
+    rng = random.Random(seed)
+    objs = _cluster(seed) if seed % 4 else plain_cluster(seed)[0]
+    monkeypatch.setenv(fast_allocate.ENV_VAR, "1")
+    snapshot = kai.Snapshot.from_objects(objs)
+    config = SchedulerConfig.from_object(snapshot.config)
+    ssn = Session(snapshot.state(), config, now=parse_now(NOW), backend="native")
+    ssn.open(config.build_plugins())
+    picker = fast_allocate.NodePicker.for_session(ssn)
+    assert picker is not None
+    n = len(ssn.nodes)
+    stmt = ssn.statement()
+    running = [t for t in ssn.state.tasks if t.node >= 0 and t.status.value == "Running"]
+    found = 0
+    for round_ in range(3):
+        for task in [t for t in ssn.state.tasks if t.status.value == "Pending"]:
+            if task.gpu_memory_mib > 0:
+                continue
+            within = None
+            if round_ and rng.random() < 0.5:
+                within = np.array([rng.random() < 0.5 for _ in range(n)])
+            picked = picker.pick(task, task.job, within)
+            assert picked is not None
+            result = ssn.filter_nodes(task, task.job, within=within)
+            if not result.mask.any():
+                assert picked[0] == -1, task.key
+                continue
+            node = ssn.best_node(task, task.job, result.mask)
+            assert picked == (node, bool(result.fits_idle[node])), task.key
+            found += 1
+        for victim in rng.sample(running, min(3, len(running))):  # evict some pods
+            if victim.status.value == "Running":
+                stmt.evict(victim, "test")
+    return found
+
+
+@pytest.mark.skipif(NO_PICKER, reason="no compiled node picker")
+@pytest.mark.parametrize("seed", range(0, 60, 2))
+def test_node_picker_chooses_as_the_general_path(seed: int, monkeypatch) -> None:
+    """The compiled node picker gives the node (and whether it fits on idle capacity)
+    the session's filter and scorers give, for every pending pod of a random cluster
+    with shared devices, on all nodes and on random subsets, as pods are evicted."""
+    _check_picker(seed, monkeypatch)
+
+
+@pytest.mark.skipif(NO_PICKER, reason="no compiled node picker")
+def test_node_picker_checks_find_nodes(monkeypatch) -> None:
+    assert sum(_check_picker(seed, monkeypatch) for seed in range(0, 60, 2)) > 300

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstring>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -291,11 +292,107 @@ py::dict allocate_loop(const py::dict& d) {
   return r;
 }
 
+template <typename A>
+void check_size(const A& a, std::size_t expect, const char* name) {
+  if (static_cast<std::size_t>(a.size()) != expect) {
+    throw py::value_error(std::string("NodePicker: ") + name + ": expected " +
+                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
+  }
+}
+
+// The loop's node choice for one task at a time, on the session's matrices as they are
+// (kai.actions.fast_allocate.NodePicker): what does not change within a session is
+// kept here, the rest is passed per call.
+class NodePicker {
+ public:
+  NodePicker(F64 allocatable, F64 cap_gpu, I64 comps, F64 comp_scale, i64 gpu, i64 cpu,
+             bool gpu_binpack, bool cpu_binpack)
+      : allocatable_(std::move(allocatable)),
+        cap_gpu_(std::move(cap_gpu)),
+        comps_(std::move(comps)),
+        comp_scale_(std::move(comp_scale)) {
+    require_ndim(allocatable_, 2, "allocatable");
+    in_.N = static_cast<i64>(allocatable_.shape(0));
+    in_.R = static_cast<i64>(allocatable_.shape(1));
+    check_size(cap_gpu_, static_cast<std::size_t>(in_.N), "cap_gpu");
+    in_.C = static_cast<i64>(comps_.size());
+    check_size(comp_scale_, static_cast<std::size_t>(in_.C), "comp_scale");
+    if (in_.C > kai::alloc::kMaxComponents) throw py::value_error("NodePicker: comps");
+    if (gpu < 0 || gpu >= in_.R || cpu < 0 || cpu >= in_.R) {
+      throw py::value_error("NodePicker: resource column out of range");
+    }
+    in_.gpu = gpu;
+    in_.cpu = cpu;
+    in_.gpu_binpack = gpu_binpack;
+    in_.cpu_binpack = cpu_binpack;
+    in_.allocatable = allocatable_.data();
+    in_.cap_gpu = cap_gpu_.data();
+    in_.comps = comps_.data();
+    in_.comp_scale = comp_scale_.data();
+    in_.T = 1;
+    in_.S = 1;
+    in_.task_sig = &zero_;
+  }
+
+  // (node, fits on idle capacity there); node -1 when no node may take the task.
+  py::tuple pick(const F64& idle, const F64& releasing, const F64& request, const Bool& masks,
+                 i64 nominated, double portion, const F64& shared_idle, const F64& shared_any,
+                 const py::object& within) {
+    const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
+    check_size(idle, N * R, "idle");
+    check_size(releasing, N * R, "releasing");
+    check_size(request, R, "request");
+    if (masks.size() % static_cast<py::ssize_t>(N == 0 ? 1 : N) != 0) {
+      throw py::value_error("NodePicker: masks");
+    }
+    Input in = in_;
+    in.P = N == 0 ? 0 : static_cast<i64>(static_cast<std::size_t>(masks.size()) / N);
+    in.pred = masks.data();
+    in.task_req = request.data();
+    in.task_nom = &nominated;
+    Bool within_mask;
+    if (!within.is_none()) {
+      within_mask = py::cast<Bool>(within);
+      check_size(within_mask, N, "within");
+      in.within = within_mask.data();
+    }
+    if (portion > 0.0) {
+      check_size(shared_idle, N, "shared_idle");
+      check_size(shared_any, N, "shared_any");
+      in.sg.on = true;
+      in.sg.free_idle = shared_idle.data();
+      in.sg.free_any = shared_any.data();
+      in.sg.task_portion = &portion;
+    }
+    Output state;
+    state.idle.assign(idle.data(), idle.data() + N * R);
+    state.releasing.assign(releasing.data(), releasing.data() + N * R);
+    bool on_idle = false;
+    const i64 node = kai::alloc::select_node(in, state, &on_idle);
+    return py::make_tuple(node, on_idle);
+  }
+
+ private:
+  F64 allocatable_, cap_gpu_;
+  I64 comps_;
+  F64 comp_scale_;
+  Input in_;
+  i64 zero_ = 0;
+};
+
 }  // namespace
 
 void register_allocate(py::module_& m) {
   m.def("allocate_loop", &allocate_loop, py::arg("inputs"),
         "The allocate action's loop for the built-in plugins (kai.actions.fast_allocate).");
+  py::class_<NodePicker>(m, "NodePicker",
+                         "The allocate loop's node choice for one task at a time.")
+      .def(py::init<F64, F64, I64, F64, i64, i64, bool, bool>(), py::arg("allocatable"),
+           py::arg("cap_gpu"), py::arg("comps"), py::arg("comp_scale"), py::arg("gpu_col"),
+           py::arg("cpu_col"), py::arg("gpu_binpack"), py::arg("cpu_binpack"))
+      .def("pick", &NodePicker::pick, py::arg("idle"), py::arg("releasing"), py::arg("request"),
+           py::arg("masks"), py::arg("nominated"), py::arg("portion"), py::arg("shared_idle"),
+           py::arg("shared_any"), py::arg("within"));
 }
 
 }  // namespace kai::bind

@@ -816,6 +816,7 @@ class Loop {
   // Whether task t may go to node n (resources, predicates, load-aware filter); if so,
   // its score inputs.
   bool score_inputs(i64 t, i64 n, ScoreInputs& k) {
+    if (in_.within != nullptr && !in_.within[n]) return false;
     if (!(fits_task(t, n, false) && passes(in_.task_sig[t], n) && la_passes(t, n))) return false;
     const i64 R = in_.R;
     const bool gpu_task = requests_gpu(t);
@@ -1337,6 +1338,16 @@ class Loop {
   }
 
  public:
+  // The node the loop would choose for task 0 (-1: none), every node scored: the
+  // general path's choice for one task (kai.actions.common.allocate_task).
+  i64 select_one(bool* on_idle) {
+    la_on_ = in_.la.R > 0;
+    if (la_on_) return -1;  // (not offered: the caller checks)
+    init_shared();
+    cand_.reserve(static_cast<std::size_t>(in_.N));
+    return select_generic(0, on_idle);
+  }
+
   void set_jobs(const i64* active, const i64* nonpipe, const i64* pipelined,
                 const i64* allocset) {
     const auto J = static_cast<std::size_t>(in_.J);
@@ -1353,6 +1364,11 @@ void run(const Input& in, Output& out) {
   Loop loop(in, out);
   loop.set_jobs(in.job_active, in.job_nonpipe, in.job_pipelined, in.job_allocset);
   loop.run();
+}
+
+i64 select_node(const Input& in, Output& state, bool* on_idle) {
+  Loop loop(in, state);
+  return loop.select_one(on_idle);
 }
 
 }  // namespace kai::alloc

@@ -79,3 +79,29 @@ class IncrementalFit:
 
 # allocate: the allocate action's fused loop (inputs and result: kai.actions.fast_allocate)
 def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]: ...
+
+# the loop's node choice for one task at a time (kai.actions.fast_allocate.NodePicker)
+class NodePicker:
+    def __init__(
+        self,
+        allocatable: ArrayLike,
+        cap_gpu: ArrayLike,
+        comps: ArrayLike,
+        comp_scale: ArrayLike,
+        gpu_col: int,
+        cpu_col: int,
+        gpu_binpack: bool,
+        cpu_binpack: bool,
+    ) -> None: ...
+    def pick(
+        self,
+        idle: ArrayLike,
+        releasing: ArrayLike,
+        request: ArrayLike,
+        masks: ArrayLike,
+        nominated: int,
+        portion: float,
+        shared_idle: ArrayLike,
+        shared_any: ArrayLike,
+        within: ArrayLike | None,
+    ) -> tuple[int, bool]: ...

@@ -120,6 +120,7 @@ struct Input {
   const double* total = nullptr;
   LoadAware la;
   SharedGpus sg;
+  const bool* within = nullptr;  // [N]: the nodes a task may go to (nullptr: all)
 };
 
 struct Output {
@@ -154,5 +155,10 @@ struct Output {
 /// queue allocations (q_alloc, q_alloc_np) as they are, and leaves with them as the loop
 /// left them, plus the attempts and placements in order.
 void run(const Input& in, Output& out);
+
+/// The node the loop would choose for task 0 of ``in`` (T = 1; no load-aware form), -1
+/// when none may take it, and in ``on_idle`` whether it fits there on idle capacity.
+/// ``state`` holds the node matrices (idle, releasing) as they are now.
+i64 select_node(const Input& in, Output& state, bool* on_idle);
 
 }  // namespace kai::alloc

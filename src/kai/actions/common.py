@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import numpy as np
 
+from kai.actions.fast_allocate import NodePicker
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
-from kai.api.resources import INSUFFICIENT_RESOURCES
+from kai.api.resources import INSUFFICIENT_RESOURCES, describe_failures
 from kai.framework.session import Session, tasks_to_allocate
 from kai.framework.statement import Statement
 
@@ -260,22 +261,6 @@ class JobQueue:
 
 
 # ----------------------------------------------------------------- placement
-def describe_failures(failures: dict[str, int], total: int, shortage: str = "") -> str:
-    """``0/8 nodes are available: 6 insufficient resources (...), 2 node(s) had ...``.
-
-    ``shortage`` (Session.resource_shortage) says which resources the nodes counted as
-    insufficient lack; it follows their count in parentheses.
-    """
-    if not failures:
-        return f"0/{total} nodes are available"
-    parts = ", ".join(
-        f"{count} {reason}"
-        + (f" ({shortage})" if shortage and reason == INSUFFICIENT_RESOURCES else "")
-        for reason, count in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
-    return f"0/{total} nodes are available: {parts}"
-
-
 def allocate_task(
     ssn: Session,
     stmt: Statement,
@@ -289,20 +274,26 @@ def allocate_task(
     problem = ssn.pre_predicate(task, job)
     if problem:
         return problem
-    result = ssn.filter_nodes(task, job, within=within)
-    if not result.mask.any():
-        failures = result.failures
-        shortage = (
-            ssn.resource_shortage(task, within=within) if INSUFFICIENT_RESOURCES in failures else ""
-        )
-        total = len(ssn.nodes) if within is None else int(np.count_nonzero(within))
-        return describe_failures(failures, total, shortage)
-    node = ssn.best_node(task, job, result.mask)
+    picker = NodePicker.for_session(ssn)
+    picked = picker.pick(task, job, within) if picker is not None else None
+    if picked is not None and picked[0] >= 0:
+        node, on_idle = picked  # the compiled choice: the same node as below
+    else:
+        result = ssn.filter_nodes(task, job, within=within)
+        if not result.mask.any():
+            failures = result.failures
+            shortage = (
+                ssn.resource_shortage(task, within=within)
+                if INSUFFICIENT_RESOURCES in failures
+                else ""
+            )
+            total = len(ssn.nodes) if within is None else int(np.count_nonzero(within))
+            return describe_failures(failures, total, shortage)
+        node = ssn.best_node(task, job, result.mask)
+        on_idle = bool(result.fits_idle[node])
     if task.is_shared_gpu:
-        return _place_shared(
-            ssn, stmt, task, node, result.fits_idle[node] and not pipeline_only, pipeline_only
-        )
-    if result.fits_idle[node] and not pipeline_only:
+        return _place_shared(ssn, stmt, task, node, on_idle and not pipeline_only, pipeline_only)
+    if on_idle and not pipeline_only:
         stmt.allocate(task, node)
     else:
         stmt.pipeline(task, node)

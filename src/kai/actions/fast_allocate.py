@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from kai import _fast
-from kai.actions.common import describe_failures
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, GpuGroup, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.api.resources import (
@@ -49,6 +48,7 @@ from kai.api.resources import (
     GPU,
     INSUFFICIENT_RESOURCES,
     MEMORY,
+    describe_failures,
     describe_shortage,
     vector_shortage,
 )
@@ -183,6 +183,138 @@ def _gpu_order_kinds(ssn: Session, plugins: dict[str, Any]) -> list[int] | None:
             return None
         kinds.append(int(kind))
     return kinds
+
+
+# ------------------------------------------------------------------ one task
+#: Where a session keeps its node picker (``ssn.cache``): a NodePicker, or a reason.
+PICKER_KEY = "fast_allocate.picker"
+
+
+class NodePicker:
+    """The compiled loop's node choice for one task at a time, for the general path
+    (``kai.actions.common.allocate_task``: victims re-placed by a simulation, a
+    preemptor's pods, allocate when the whole loop does not apply).
+
+    It scores every node as the session's filter and scorers would, on the node
+    matrices as they are at the call, and gives the same node and the same "fits on
+    idle capacity".  Made once per session where the loop's eligibility holds (the
+    loadaware plugin aside: its filter follows the pods placed) and the backend has the
+    compiled picker; the predicates' masks are made once per constraint set.
+    """
+
+    def __init__(self, ssn: Session, plugins: dict[str, Any], picker: Any) -> None:
+        self.ssn = ssn
+        nodes = ssn.nodes
+        components, gpu_binpack, cpu_binpack, cap_gpu = _scoring(ssn, plugins)
+        self.native = picker(
+            nodes.allocatable,
+            cap_gpu,
+            np.array([code for code, _ in components], dtype=np.int64),
+            np.array([scale for _, scale in components], dtype=np.float64),
+            GPU,
+            CPU,
+            gpu_binpack,
+            cpu_binpack,
+        )
+        self.predicates = [reg.fn[1] for reg in ssn.registered("batch_predicate")]
+        self.masks: dict[Any, np.ndarray | None] = {}
+
+    @classmethod
+    def for_session(cls, ssn: Session) -> NodePicker | None:
+        found = ssn.cache.get(PICKER_KEY)
+        if found is None:
+            found = ssn.cache[PICKER_KEY] = cls._make(ssn)
+        return found if isinstance(found, NodePicker) else None
+
+    @classmethod
+    def _make(cls, ssn: Session) -> NodePicker | str:
+        picker = getattr(ssn.backend, "node_picker", None)
+        if picker is None or not enabled():
+            return "no compiled node picker"
+        plugins = _plugins(ssn)
+        if isinstance(plugins, str):
+            return plugins
+        if "loadaware" in plugins:
+            return "the loadaware plugin"
+        unsupported = _unsupported(ssn, plugins)
+        if unsupported is not None:
+            return unsupported
+        if _gpu_order_kinds(ssn, plugins) is None:
+            return "a GPU order declares no kind"
+        return cls(ssn, plugins, picker)
+
+    def _masks(self, task: Task, job: Job) -> np.ndarray | None:
+        pod = task.pod
+        if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
+            key: Any = (
+                tuple(sorted(pod.node_selector.items())),
+                repr(pod.required_node_affinity),
+                tuple(pod.tolerations),
+            )
+        else:
+            key = None
+        if key in self.masks:
+            return self.masks[key]
+        n = len(self.ssn.nodes)
+        masks: np.ndarray | None = np.ones((max(len(self.predicates), 1), n), dtype=np.bool_)
+        for p, fn in enumerate(self.predicates):
+            ok = fn(task, job)
+            if ok is None:
+                continue
+            if isinstance(ok, tuple):  # reasons per node: the general path
+                masks = None
+                break
+            assert masks is not None
+            masks[p] = ok
+        if masks is not None and not self.predicates:
+            masks = masks[:0]
+        self.masks[key] = masks
+        return masks
+
+    def pick(self, task: Task, job: Job, within: np.ndarray | None) -> tuple[int, bool] | None:
+        """(node, fits on idle capacity there) for ``task`` among the nodes ``within``
+        (-1: none may take it); None when the picker does not take this task."""
+        if task.gpu_memory_mib > 0:
+            return None
+        masks = self._masks(task, job)
+        if masks is None:
+            return None
+        nodes = self.ssn.nodes
+        nominated = task.pod.nominated_node_name
+        node, on_idle = self.native.pick(
+            nodes.idle,
+            nodes.releasing,
+            task.request,
+            masks,
+            nodes.index.get(nominated, -1) if nominated else -1,
+            task.gpu_fraction,
+            nodes.shared_free_idle,
+            nodes.shared_free_any,
+            within,
+        )
+        return node, on_idle
+
+
+def _scoring(
+    ssn: Session, plugins: dict[str, Any]
+) -> tuple[list[tuple[int, float]], bool, bool, np.ndarray]:
+    """The score components in registration order, the binpack strategies and the GPU
+    capacity spreading divides by."""
+    components = []
+    for reg in ssn.registered("batch_node_order"):
+        declared = _kernel_score(plugins, reg.plugin)
+        assert declared is not None  # checked by _unsupported
+        components.append((int(declared.kind), declared.score))
+    placement = plugins.get("nodeplacement")
+    if placement is None:  # no placement score: the strategies do not matter
+        return components, True, True, ssn.nodes.allocatable[:, GPU].copy()
+    declared_placement = placement.kernel_placement()
+    return (
+        components,
+        declared_placement.gpu_binpack,
+        declared_placement.cpu_binpack,
+        declared_placement.gpu_capacity,
+    )
 
 
 # ------------------------------------------------------------------ preparation
@@ -340,19 +472,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
             masks[s, p] = ok
 
     # ---- scoring
-    components = []
-    for reg in ssn.registered("batch_node_order"):
-        declared = _kernel_score(plugins, reg.plugin)
-        assert declared is not None  # checked by _unsupported
-        components.append((int(declared.kind), declared.score))
-    placement = plugins.get("nodeplacement")
-    if placement is None:  # no placement score: the strategies do not matter
-        gpu_binpack = cpu_binpack = True
-        cap_gpu = nodes.allocatable[:, GPU].copy()
-    else:
-        declared = placement.kernel_placement()
-        gpu_binpack, cpu_binpack = declared.gpu_binpack, declared.cpu_binpack
-        cap_gpu = declared.gpu_capacity
+    components, gpu_binpack, cpu_binpack, cap_gpu = _scoring(ssn, plugins)
 
     max_depth = ssn.config.queue_depth_per_action.get("allocate")
     inputs = {

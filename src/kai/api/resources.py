@@ -122,3 +122,19 @@ def vector_shortage(
         )
         for r in np.flatnonzero(short)
     ]
+
+
+def describe_failures(failures: dict[str, int], total: int, shortage: str = "") -> str:
+    """``0/8 nodes are available: 6 insufficient resources (...), 2 node(s) had ...``.
+
+    ``shortage`` (Session.resource_shortage) says which resources the nodes counted as
+    insufficient lack; it follows their count in parentheses.
+    """
+    if not failures:
+        return f"0/{total} nodes are available"
+    parts = ", ".join(
+        f"{count} {reason}"
+        + (f" ({shortage})" if shortage and reason == INSUFFICIENT_RESOURCES else "")
+        for reason, count in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    return f"0/{total} nodes are available: {parts}"

@@ -49,8 +49,11 @@ class Backend(Protocol):
     # The allocate action's fused loop (kai.actions.fast_allocate), where the backend
     # has one: the native and Numba backends do, the plain-Python one does not.
     allocate_loop: Callable[[dict[str, Any]], dict[str, Any]] | None
-    # The optional plugins that loop also covers (their kernel forms: "loadaware").
+    # What else that loop covers ("loadaware", "shared-gpu").
     allocate_loop_features: frozenset[str]
+    # The loop's node choice for one task at a time, where the backend has it (a class:
+    # kai.actions.fast_allocate.NodePicker wraps it).
+    node_picker: Any
 
     def fit_mask(self, request: F64, idle: F64, releasing: F64) -> tuple[BoolArray, BoolArray]: ...
 
@@ -141,6 +144,7 @@ class KernelSet:
             setattr(self, kernel, getattr(impl, kernel))
         self.allocate_loop = getattr(impl, "allocate_loop", None)
         self.allocate_loop_features = frozenset(getattr(impl, "ALLOCATE_LOOP_FEATURES", ()))
+        self.node_picker = getattr(impl, "node_picker", None)
 
     def __repr__(self) -> str:
         return f"<kai backend {self.name!r}>"

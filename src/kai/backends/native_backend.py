@@ -29,6 +29,8 @@ NAME = "native"
 
 #: The fused allocate loop (native/src/allocate.cpp).
 allocate_loop = getattr(_native, "allocate_loop", None)
+#: The loop's node choice for one task at a time (kai.actions.fast_allocate.NodePicker).
+node_picker = getattr(_native, "NodePicker", None)
 #: Plugins besides the default set whose kernel form that loop consumes.
 ALLOCATE_LOOP_FEATURES = ("loadaware", "shared-gpu") if allocate_loop is not None else ()
 
