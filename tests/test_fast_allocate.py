@@ -25,6 +25,7 @@ from kai.api.model import TaskStatus
 from kai.backends import available_backends, get_backend
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
+from tests._fast_path import record_fast_path
 from tests.factory import NOW, node, pod, podgroup, priority_class, queue
 
 
@@ -200,15 +201,7 @@ def _run(objs, config, actions, backend, fast, monkeypatch) -> dict[str, Any]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fast_path_matches_slow_path(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     objs, config = _cluster(seed)
-    used = []
-    real_run = fast_allocate.run
-
-    def spy(ssn, jobs):
-        done = real_run(ssn, jobs)
-        used.append(done)
-        return done
-
-    monkeypatch.setattr(fast_allocate, "run", spy)
+    used = record_fast_path(monkeypatch)
     for actions in (["allocate"], None):
         slow = _run(objs, config, actions, "python", False, monkeypatch)
         for backend in FAST_BACKENDS:

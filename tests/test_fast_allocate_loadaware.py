@@ -18,10 +18,9 @@ from typing import Any
 
 import pytest
 
-import kai
-from kai.actions import fast_allocate
 from kai.backends import available_backends, get_backend
-from tests.factory import NOW, node, pod, podgroup, queue
+from tests._fast_path import record_fast_path, session_json
+from tests.factory import node, pod, podgroup, queue
 
 #: Backends whose fused loop covers the loadaware plugin.
 LOADAWARE_BACKENDS = [
@@ -211,21 +210,14 @@ def _config(rng: random.Random) -> dict[str, Any]:
     }
 
 
-def _run(objs, actions, backend, fast, monkeypatch) -> dict[str, Any]:
-    monkeypatch.setenv(fast_allocate.ENV_VAR, "1" if fast else "0")
-    snapshot = kai.Snapshot.from_objects(objs)
-    result = kai.run_session(snapshot, actions=actions, now=NOW, backend=backend)
-    return result.to_json(explain=True)
-
-
 @pytest.mark.skipif(not LOADAWARE_BACKENDS, reason="no fused loop covers loadaware")
 @pytest.mark.parametrize("seed", SEEDS)
 def test_loadaware_fast_path_matches_slow_path(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     objs = _cluster(seed)
     for actions in (["allocate"], None):
-        slow = _run(objs, actions, "python", False, monkeypatch)
+        slow = session_json(objs, actions, "python", False, monkeypatch)
         for backend in LOADAWARE_BACKENDS:
-            fast = _run(objs, actions, backend, True, monkeypatch)
+            fast = session_json(objs, actions, backend, True, monkeypatch)
             assert fast == slow, f"seed {seed}, backend {backend}, actions {actions}"
 
 
@@ -233,18 +225,10 @@ def test_loadaware_fast_path_matches_slow_path(seed: int, monkeypatch: pytest.Mo
 def test_loadaware_clusters_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Most random clusters run on the fast path, and they exercise the load-aware
     filter: some pods are refused by it and placed elsewhere or not at all."""
-    taken = []
-    real_run = fast_allocate.run
-
-    def spy(ssn, jobs):
-        done = real_run(ssn, jobs)
-        taken.append(done)
-        return done
-
-    monkeypatch.setattr(fast_allocate, "run", spy)
+    taken = record_fast_path(monkeypatch)
     reasons = 0
     for seed in SEEDS:
-        out = _run(_cluster(seed), ["allocate"], LOADAWARE_BACKENDS[0], True, monkeypatch)
+        out = session_json(_cluster(seed), ["allocate"], LOADAWARE_BACKENDS[0], True, monkeypatch)
         reasons += sum("exceed threshold" in (g["reason"] or "") for g in out["podGroups"].values())
     assert sum(taken) >= 0.7 * len(SEEDS)
     assert reasons >= 5

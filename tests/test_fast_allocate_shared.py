@@ -24,6 +24,7 @@ from kai.backends import available_backends, get_backend
 from kai.config import SchedulerConfig
 from kai.engine import parse_now
 from kai.framework.session import Session
+from tests._fast_path import record_fast_path, session_json
 from tests.factory import NOW, node, pod, podgroup, queue
 
 SHARED_BACKENDS = [
@@ -129,14 +130,6 @@ def _cluster(seed: int) -> list[dict[str, Any]]:
     return objs
 
 
-def _run(objs, actions, backend, fast, monkeypatch) -> dict[str, Any]:
-    monkeypatch.setenv(fast_allocate.ENV_VAR, "1" if fast else "0")
-    snapshot = kai.Snapshot.from_objects(objs)
-    return kai.run_session(snapshot, actions=actions, now=NOW, backend=backend).to_json(
-        explain=True
-    )
-
-
 def _devices_after_allocate(objs, backend, fast, monkeypatch) -> list:
     """Per node, after allocate: its shared devices in order (id, state, tenants), the
     room they leave, and its capacity."""
@@ -171,9 +164,9 @@ def _devices_after_allocate(objs, backend, fast, monkeypatch) -> list:
 def test_shared_gpu_fast_path_matches_slow_path(seed: int, monkeypatch) -> None:
     objs = _cluster(seed)
     for actions in (["allocate"], None):
-        slow = _run(objs, actions, "python", False, monkeypatch)
+        slow = session_json(objs, actions, "python", False, monkeypatch)
         for backend in SHARED_BACKENDS:
-            fast = _run(objs, actions, backend, True, monkeypatch)
+            fast = session_json(objs, actions, backend, True, monkeypatch)
             assert fast == slow, f"seed {seed}, backend {backend}, actions {actions}"
     slow_devices = _devices_after_allocate(objs, "python", False, monkeypatch)
     for backend in SHARED_BACKENDS:
@@ -185,18 +178,10 @@ def test_shared_gpu_fast_path_matches_slow_path(seed: int, monkeypatch) -> None:
 def test_shared_gpu_clusters_take_the_fast_path(monkeypatch) -> None:
     """The random clusters run on the fast path, share devices and pipeline onto them,
     and some fractional pods find no device."""
-    taken = []
-    real_run = fast_allocate.run
-
-    def spy(ssn, jobs):
-        done = real_run(ssn, jobs)
-        taken.append(done)
-        return done
-
-    monkeypatch.setattr(fast_allocate, "run", spy)
+    taken = record_fast_path(monkeypatch)
     shared = pipelined = short = 0
     for seed in SEEDS:
-        out = _run(_cluster(seed), ["allocate"], SHARED_BACKENDS[0], True, monkeypatch)
+        out = session_json(_cluster(seed), ["allocate"], SHARED_BACKENDS[0], True, monkeypatch)
         for d in out["decisions"]:
             shared += bool(d.get("gpuGroups"))
             pipelined += d["type"] == "pipeline" and bool(d.get("gpuGroups"))

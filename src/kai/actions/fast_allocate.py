@@ -42,6 +42,7 @@ import numpy as np
 
 from kai import _fast
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, GpuGroup, Job, Task, TaskStatus
+from kai.api.objects import PodObject
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.api.resources import (
     CPU,
@@ -244,15 +245,7 @@ class NodePicker:
         return cls(ssn, plugins, picker)
 
     def _masks(self, task: Task, job: Job) -> np.ndarray | None:
-        pod = task.pod
-        if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
-            key: Any = (
-                tuple(sorted(pod.node_selector.items())),
-                repr(pod.required_node_affinity),
-                tuple(pod.tolerations),
-            )
-        else:
-            key = None
+        key = constraint_key(task.pod)
         if key in self.masks:
             return self.masks[key]
         n = len(self.ssn.nodes)
@@ -634,6 +627,18 @@ def job_columns(
     return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys
 
 
+def constraint_key(pod: PodObject) -> tuple | None:
+    """What the predicates' masks of a pod depend on: its node selector, required node
+    affinity and tolerations (None: it has none)."""
+    if not (pod.node_selector or pod.required_node_affinity is not None or pod.tolerations):
+        return None
+    return (
+        tuple(sorted(pod.node_selector.items())),
+        repr(pod.required_node_affinity),
+        tuple(pod.tolerations),
+    )
+
+
 def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
     """Per task: its request vector's row among the distinct vectors, its constraint
     set (node selector, required affinity, tolerations) and its nominated node.
@@ -662,11 +667,7 @@ def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
         add_row(row)
         pod = t.pod
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
-            key: Any = (
-                tuple(sorted(pod.node_selector.items())),
-                repr(pod.required_node_affinity),
-                tuple(pod.tolerations),
-            )
+            key = constraint_key(pod)
             s = sig_index.get(key, -1)
             if s < 0:
                 s = sig_index[key] = len(sig_tasks)
