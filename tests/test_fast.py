@@ -25,6 +25,7 @@ from kai.api.model import ClusterState
 from kai.bench_clusters import NOW, cluster_fill, random_cluster
 from kai.engine import Snapshot, run_session
 from kai.output import dumps_json
+from kai.snapshot import loader
 from kai.snapshot.builder import build_state
 from kai.snapshot.loader import load_objects, load_text
 
@@ -227,6 +228,18 @@ def test_loading_identical(seed: int) -> None:
     compiled, reference = _both(load_text, text, "cluster.json")
     assert compiled == reference
     assert len(compiled.pods) == sum(1 for d in docs if d["kind"] == "Pod")
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:4])
+def test_objects_from_the_api_identical(seed: int, monkeypatch) -> None:
+    """The live cache converts one object at a time (convert_object) and keeps what it
+    parsed between calls, in a cache it starts again when large: every object comes out
+    as the pure-Python loader makes it, one by one."""
+    monkeypatch.setattr(loader, "LIVE_CACHE_ENTRIES", 20)  # restart it now and then
+    for doc in _docs(seed):
+        compiled, reference = _both(loader.convert_object, doc, "Pod from the API")
+        assert compiled == reference
 
 
 @needs_compiled

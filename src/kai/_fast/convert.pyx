@@ -63,6 +63,9 @@ cdef class _Cache:
         self.quantities = {}
         self.file = self.document = self.source = None
 
+    def __len__(self):
+        return len(self.times) + len(self.quantities)
+
     cdef object time(self, object value):
         """A timestamp string as a datetime, None if absent, NO if not usual."""
         if value is None:
@@ -396,6 +399,11 @@ cdef bint add_one(object builder, _Cache cache, object obj, object file, object 
         out.pod_groups.append(made)
     seen[key] = (file, index)
     return True
+
+
+def new_cache():
+    """A parse cache for add() (a builder's ``_fast_cache``), to share between builders."""
+    return _Cache()
 
 
 def add(builder, obj, file, index):

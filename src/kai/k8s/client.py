@@ -619,16 +619,14 @@ class WatchStream:
             raise
 
     def _events(self) -> Iterator[tuple[str, dict]]:
-        buffer = bytearray()
+        partial = b""  # the start of a line whose end has not come yet
         for chunk in self.resp.stream(amt=None, decode_content=False):
-            buffer.extend(chunk)
-            while True:
-                nl = buffer.find(b"\n")
-                if nl < 0:
-                    break
-                line = bytes(buffer[:nl]).strip()
-                del buffer[: nl + 1]
-                if not line:
+            # Split each chunk once (a chunk may carry many events) instead of cutting
+            # a growing buffer line by line.
+            lines = (partial + chunk if partial else chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                if not line or line.isspace():
                     continue
                 try:
                     event = orjson.loads(line)

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime, timezone
 from typing import Any
@@ -1382,6 +1383,11 @@ def load_objects(objs: Iterable[dict], file: str = "<python>") -> ClusterObjects
         return builder.finish()
 
 
+#: How many parsed timestamps and quantities convert_object keeps between calls.
+LIVE_CACHE_ENTRIES = 50_000
+_live_caches: dict[tuple[int, str], Any] = {}
+
+
 def convert_object(obj: dict, file: str = "<api>") -> Any:
     """Convert one Kubernetes object dict into its typed object, or None when kai ignores
     it (the live cache converts objects one at a time and keeps the results).
@@ -1390,6 +1396,15 @@ def convert_object(obj: dict, file: str = "<api>") -> Any:
     caller's.  Raises :class:`InputError` like :func:`load_objects`.
     """
     builder = _Builder()
+    if builder._compiled is not None:
+        # One object per call: the parse cache (timestamps, quantities) is kept from call
+        # to call, as a load keeps it for its documents, and started again when large.
+        # One per thread and file: a cache also remembers the document it is at.
+        key = (threading.get_ident(), file)
+        cache = _live_caches.get(key)
+        if cache is None or len(cache) > LIVE_CACHE_ENTRIES:
+            cache = _live_caches[key] = builder._compiled.new_cache()
+        builder._fast_cache = cache
     builder.add_document(obj, file, 0)
     out = builder.out
     for found in (
