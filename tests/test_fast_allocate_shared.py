@@ -245,3 +245,20 @@ def test_node_picker_chooses_as_the_general_path(seed: int, monkeypatch) -> None
 @pytest.mark.skipif(NO_PICKER, reason="no compiled node picker")
 def test_node_picker_checks_find_nodes(monkeypatch) -> None:
     assert sum(_check_picker(seed, monkeypatch) for seed in range(0, 60, 2)) > 300
+
+
+@pytest.mark.skipif(NO_PICKER, reason="no compiled node picker")
+def test_node_picker_rejects_what_it_cannot_score() -> None:
+    from kai import _native
+
+    alloc = np.ones((3, 4))
+    cap = np.ones(3)
+    with pytest.raises(ValueError, match="load-aware"):
+        _native.NodePicker(alloc, cap, np.array([6]), np.array([1.0]), 2, 0, True, True)
+    picker = _native.NodePicker(alloc, cap, np.array([1]), np.array([1.0]), 2, 0, True, True)
+    with pytest.raises(ValueError, match="idle"):
+        picker.pick(np.ones((2, 4)), alloc, np.zeros(4), np.ones((0, 3)), -1, 0.0, cap, cap, None)
+    node, on_idle = picker.pick(
+        alloc, alloc * 0, np.zeros(4), np.ones((1, 3)), -1, 0.0, cap, cap, None
+    )
+    assert (node, on_idle) == (0, True)  # every node alike: the first

@@ -318,6 +318,11 @@ class NodePicker {
     in_.C = static_cast<i64>(comps_.size());
     check_size(comp_scale_, static_cast<std::size_t>(in_.C), "comp_scale");
     if (in_.C > kai::alloc::kMaxComponents) throw py::value_error("NodePicker: comps");
+    for (i64 c = 0; c < in_.C; ++c) {
+      if (comps_.data()[c] == kai::alloc::kLoadAware) {
+        throw py::value_error("NodePicker: no load-aware score (it follows the pods placed)");
+      }
+    }
     if (gpu < 0 || gpu >= in_.R || cpu < 0 || cpu >= in_.R) {
       throw py::value_error("NodePicker: resource column out of range");
     }

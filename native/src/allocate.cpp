@@ -1341,9 +1341,7 @@ class Loop {
   // The node the loop would choose for task 0 (-1: none), every node scored: the
   // general path's choice for one task (kai.actions.common.allocate_task).
   i64 select_one(bool* on_idle) {
-    la_on_ = in_.la.R > 0;
-    if (la_on_) return -1;  // (not offered: the caller checks)
-    init_shared();
+    init_shared();  // the input has no load-aware form (la_on_ stays false)
     cand_.reserve(static_cast<std::size_t>(in_.N));
     return select_generic(0, on_idle);
   }
