@@ -217,7 +217,7 @@ class NodePicker:
             gpu_binpack,
             cpu_binpack,
         )
-        self.predicates = [reg.fn[1] for reg in ssn.registered("batch_predicate")]
+        self.predicates = ssn.registered("batch_predicate")
         self.masks: dict[Any, np.ndarray | None] = {}
 
     @classmethod
@@ -248,19 +248,10 @@ class NodePicker:
         key = constraint_key(task.pod)
         if key in self.masks:
             return self.masks[key]
-        n = len(self.ssn.nodes)
-        masks: np.ndarray | None = np.ones((max(len(self.predicates), 1), n), dtype=np.bool_)
-        for p, fn in enumerate(self.predicates):
-            ok = fn(task, job)
-            if ok is None:
-                continue
-            if isinstance(ok, tuple):  # reasons per node: the general path
-                masks = None
-                break
-            assert masks is not None
-            masks[p] = ok
-        if masks is not None and not self.predicates:
-            masks = masks[:0]
+        masks = np.ones((len(self.predicates), len(self.ssn.nodes)), dtype=np.bool_)
+        if _predicate_masks(self.predicates, task, job, masks) is not None:
+            self.masks[key] = None  # reasons per node: the general path
+            return None
         self.masks[key] = masks
         return masks
 
@@ -286,6 +277,21 @@ class NodePicker:
             within,
         )
         return node, on_idle
+
+
+def _predicate_masks(predicates: list, task: Task, job: Job, out: np.ndarray) -> str | None:
+    """Write the batch predicates' masks of ``task`` into the rows of ``out`` (all true to
+    start with; a predicate that does not apply leaves its row so).  Returns the name of
+    a predicate that gives a reason per node instead, which the loop does not take."""
+    for p, reg in enumerate(predicates):
+        name, fn = reg.fn
+        ok = fn(task, job)
+        if ok is None:
+            continue
+        if isinstance(ok, tuple):
+            return name
+        out[p] = ok
+    return None
 
 
 def _scoring(
@@ -456,13 +462,9 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     plan.predicate_names = [reg.fn[0] for reg in predicates]
     masks = np.ones((max(len(sig_tasks), 1), len(predicates), n_nodes), dtype=np.bool_)
     for s, t in enumerate(sig_tasks):
-        for p, reg in enumerate(predicates):
-            ok = reg.fn[1](t, t.job)
-            if ok is None:
-                continue
-            if isinstance(ok, tuple):
-                return f"predicate {reg.fn[0]} gives a reason per node"
-            masks[s, p] = ok
+        refused = _predicate_masks(predicates, t, t.job, masks[s])
+        if refused is not None:
+            return f"predicate {refused} gives a reason per node"
 
     # ---- scoring
     components, gpu_binpack, cpu_binpack, cap_gpu = _scoring(ssn, plugins)
