@@ -87,7 +87,6 @@ class Loop {
   // node selection scratch
   std::vector<i64> cand_;
   std::vector<ScoreInputs> cand_inputs_;
-  std::vector<double> score_;
   // node groups (select_any)
   struct ClassGroups;
   std::vector<double> class_;
@@ -106,8 +105,7 @@ class Loop {
   std::vector<i64> bucket_size_, bucket_low_;
   // failure-count cache
   i64 version_ = 0;
-  i64 fc_version_ = -1, fc_sig_ = -1;
-  std::vector<double> fc_req_;
+  i64 fc_version_ = -1;
   std::vector<i64> fc_counts_;
   std::vector<i64> fc_short_;
   std::vector<double> fc_free_;
@@ -154,9 +152,7 @@ class Loop {
     memo_stamp_.assign(static_cast<std::size_t>(Q), -1);
     memo_job_.assign(static_cast<std::size_t>(Q), -1);
     cand_.reserve(static_cast<std::size_t>(in_.N));
-    score_.assign(static_cast<std::size_t>(in_.N), 0.0);
     out_.q_events.assign(static_cast<std::size_t>(Q), 0);
-    fc_req_.assign(static_cast<std::size_t>(in_.R), 0.0);
     fc_counts_.assign(static_cast<std::size_t>(1 + in_.P), 0);
     fc_short_.assign(static_cast<std::size_t>(in_.R), 0);
     fc_free_.assign(static_cast<std::size_t>(in_.R), 0.0);
