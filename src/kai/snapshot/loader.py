@@ -1385,7 +1385,7 @@ def load_objects(objs: Iterable[dict], file: str = "<python>") -> ClusterObjects
 
 #: How many parsed timestamps and quantities convert_object keeps between calls.
 LIVE_CACHE_ENTRIES = 50_000
-_live_caches: dict[tuple[int, str], Any] = {}
+_live_caches = threading.local()
 
 
 def convert_object(obj: dict, file: str = "<api>") -> Any:
@@ -1399,11 +1399,14 @@ def convert_object(obj: dict, file: str = "<api>") -> Any:
     if builder._compiled is not None:
         # One object per call: the parse cache (timestamps, quantities) is kept from call
         # to call, as a load keeps it for its documents, and started again when large.
-        # One per thread and file: a cache also remembers the document it is at.
-        key = (threading.get_ident(), file)
-        cache = _live_caches.get(key)
+        # One per thread and file: a cache also remembers the document it is at (and
+        # goes with its thread).
+        caches = getattr(_live_caches, "by_file", None)
+        if caches is None:
+            caches = _live_caches.by_file = {}
+        cache = caches.get(file)
         if cache is None or len(cache) > LIVE_CACHE_ENTRIES:
-            cache = _live_caches[key] = builder._compiled.new_cache()
+            cache = caches[file] = builder._compiled.new_cache()
         builder._fast_cache = cache
     builder.add_document(obj, file, 0)
     out = builder.out
