@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-NAMES = ("build", "collect", "convert", "loop")
+NAMES = ("build", "collect", "convert", "ledger", "loop")
 
 _modules: dict[str, ModuleType | None] = {}
 _disabled = os.environ.get("KAI_PURE_PYTHON", "") not in ("", "0")

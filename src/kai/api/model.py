@@ -13,13 +13,14 @@ import enum
 import hashlib
 import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from kai import _fast
 from kai.api.objects import (
     NodeMetricObject,
     NodeObject,
@@ -393,10 +394,74 @@ def _gpu_memory_mib(raw: str) -> float:
     return float(max(mem, 0) - max(mem, 0) % 100)
 
 
+# How a task on a node charges its request (charge_rows): on idle capacity, releasing
+# (its pod is going), or pipelined onto capacity being released.
+ROWS_IDLE, ROWS_RELEASING, ROWS_PIPELINED = 0, 1, 2
+
+
+def charge_rows(
+    used: np.ndarray,
+    idle: np.ndarray,
+    releasing: np.ndarray,
+    i: int,
+    request: np.ndarray,
+    kind: int,
+    add: bool,
+) -> None:
+    """Charge (``add``) or uncharge ``request`` to row ``i`` of a node table's capacity
+    matrices as a task of status ``kind`` (``ROWS_*``) holds it: always ``used``; then
+    ``idle`` for a task on idle capacity, ``releasing`` (and ``idle`` back) for a
+    releasing one, and ``releasing`` for a pipelined one.
+
+    The reference of ``kai._fast.ledger.charge_rows``, which gives bit-identical rows.
+    """
+    if add:
+        used[i] += request
+        if kind == ROWS_RELEASING:
+            releasing[i] += request
+            idle[i] -= request
+        elif kind == ROWS_PIPELINED:
+            releasing[i] -= request
+        else:
+            idle[i] -= request
+    else:
+        used[i] -= request
+        if kind == ROWS_RELEASING:
+            releasing[i] -= request
+            idle[i] += request
+        elif kind == ROWS_PIPELINED:
+            releasing[i] += request
+        else:
+            idle[i] += request
+
+
+def add_vector(target: np.ndarray, vector: np.ndarray, add: bool) -> None:
+    """``target += vector`` (``add``) or ``target -= vector``, in place.
+
+    The reference of ``kai._fast.ledger.add_vector``, which gives bit-identical values.
+    """
+    if add:
+        np.add(target, vector, out=target)
+    else:
+        np.subtract(target, vector, out=target)
+
+
+_ROW_KIND = {TaskStatus.RELEASING: ROWS_RELEASING, TaskStatus.PIPELINED: ROWS_PIPELINED}.get
+
+
+def row_functions() -> tuple[Callable[..., None], Callable[..., None]]:
+    """:func:`charge_rows` and :func:`add_vector`, compiled where ``kai._fast`` is."""
+    ledger = _fast.module("ledger")
+    if ledger is None:
+        return charge_rows, add_vector
+    return ledger.charge_rows, ledger.add_vector
+
+
 class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
     def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
+        self._charge_rows = row_functions()[0]
         nodes = sorted(nodes, key=lambda n: n.name)
         self.objects = nodes
         self.names = [n.name for n in nodes]
@@ -454,6 +519,15 @@ class NodeTable:
         # The places each task left when the session undid its placements (held).
         self.vacated: dict[Task, list[VacatedPlace]] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_charge_rows"]  # chosen again where the table is loaded
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._charge_rows = row_functions()[0]
+
     def __len__(self) -> int:
         return len(self.names)
 
@@ -492,15 +566,9 @@ class NodeTable:
         """Charge a task's resources to its node according to its status."""
         self.version += 1
         i = task.node
-        r = task.request
-        self.used[i] += r
-        if task.status is TaskStatus.RELEASING:
-            self.releasing[i] += r
-            self.idle[i] -= r
-        elif task.status is TaskStatus.PIPELINED:
-            self.releasing[i] -= r
-        else:
-            self.idle[i] -= r
+        self._charge_rows(
+            self.used, self.idle, self.releasing, i, task.request, _ROW_KIND(task.status, 0), True
+        )
         self.tasks[i].add(task)
         if task.is_shared_gpu and task.gpu_group is not None:
             self._update_group(task, +1)
@@ -509,15 +577,9 @@ class NodeTable:
         """Undo :meth:`add_task` (the task's status must be the one it was added with)."""
         self.version += 1
         i = task.node
-        r = task.request
-        self.used[i] -= r
-        if task.status is TaskStatus.RELEASING:
-            self.releasing[i] -= r
-            self.idle[i] += r
-        elif task.status is TaskStatus.PIPELINED:
-            self.releasing[i] += r
-        else:
-            self.idle[i] += r
+        self._charge_rows(
+            self.used, self.idle, self.releasing, i, task.request, _ROW_KIND(task.status, 0), False
+        )
         self.tasks[i].discard(task)
         if task.is_shared_gpu and task.gpu_group is not None:
             self._update_group(task, -1)
@@ -527,10 +589,9 @@ class NodeTable:
         which frees the capacity only when its pod terminates: something may be
         pipelined onto it in this session, nothing bound)."""
         self.version += 1
-        r = task.request
-        self.used[node] += r
-        self.releasing[node] += r
-        self.idle[node] -= r
+        self._charge_rows(
+            self.used, self.idle, self.releasing, node, task.request, ROWS_RELEASING, True
+        )
         self.held[task] = node
 
     def vacate(self, task: Task, node: int) -> VacatedPlace:
@@ -579,10 +640,9 @@ class NodeTable:
         """Undo :meth:`hold`; the node it was held on."""
         node = self.held.pop(task)
         self.version += 1
-        r = task.request
-        self.used[node] -= r
-        self.releasing[node] -= r
-        self.idle[node] += r
+        self._charge_rows(
+            self.used, self.idle, self.releasing, node, task.request, ROWS_RELEASING, False
+        )
         return node
 
     def _update_group(self, task: Task, sign: int) -> None:

@@ -32,6 +32,7 @@ from kai.api.model import (
     Task,
     TaskStatus,
     queue_path,
+    row_functions,
 )
 from kai.api.preemptibility import (
     SEMI_PREEMPTIBLE,
@@ -177,10 +178,15 @@ class ProportionPlugin(Plugin):
         self.shares: dict[str, QueueShare] = {}
         self._share_paths: dict[str | None, list[QueueShare]] = {}
         self._limited_paths: dict[str | None, list[QueueShare]] = {}
+        # Each whole-GPU request vector's queue columns: pods of a workload share one
+        # request vector (kept with it, so that an id is never taken for another's).
+        self._queue_columns: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ setup
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
+        self._add_vector = row_functions()[1]
+        self._queue_columns = {}
         gpu_mem = ssn.nodes.gpu_memory_mib[ssn.nodes.gpu_memory_mib > 0]
         self.min_gpu_memory = float(gpu_mem.min()) if gpu_mem.size else 0.0
         self.max_gpu_memory = float(gpu_mem.max()) if gpu_mem.size else 0.0
@@ -380,17 +386,22 @@ class ProportionPlugin(Plugin):
         if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
             vec = queue_vector(self.ssn, task)
         else:
-            vec = task.request[QUEUE_COLUMNS]  # what queue_vector gives, in one step
+            # What queue_vector gives, in one step, once per request vector.
+            request = task.request
+            known = self._queue_columns.get(id(request))
+            if known is None or known[0] is not request:
+                known = self._queue_columns[id(request)] = (request, request[QUEUE_COLUMNS])
+            vec = known[1]
         if job.preemptibility == SEMI_PREEMPTIBLE:
             non_preemptible = counts_as_non_preemptible(task)
         else:
             non_preemptible = not job.preemptible  # what it gives for other jobs
         # ``share += sign * vec`` for sign -1 is ``share -= vec``, bit for bit
-        op = np.add if sign > 0 else np.subtract
+        add, add_vector = sign > 0, self._add_vector
         for share in path:
-            op(share.allocated, vec, out=share.allocated)
+            add_vector(share.allocated, vec, add)
             if non_preemptible:
-                op(share.allocated_non_preemptible, vec, out=share.allocated_non_preemptible)
+                add_vector(share.allocated_non_preemptible, vec, add)
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
         nodes = ssn.nodes
