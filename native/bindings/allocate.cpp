@@ -369,11 +369,8 @@ class NodePicker {
       in.sg.free_any = shared_any.data();
       in.sg.task_portion = &portion;
     }
-    Output state;
-    state.idle.assign(idle.data(), idle.data() + N * R);
-    state.releasing.assign(releasing.data(), releasing.data() + N * R);
     bool on_idle = false;
-    const i64 node = kai::alloc::select_node(in, state, &on_idle);
+    const i64 node = kai::alloc::select_node(in, idle.data(), releasing.data(), &on_idle);
     return py::make_tuple(node, on_idle);
   }
 

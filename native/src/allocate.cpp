@@ -58,7 +58,19 @@ struct InputsEq {
 
 class Loop {
  public:
-  Loop(const Input& in, Output& out) : in_(in), out_(out) {}
+  Loop(const Input& in, Output& out)
+      : in_(in),
+        out_(out),
+        idle_m_(out.idle.data()),
+        rel_m_(out.releasing.data()),
+        used_m_(out.used.data()) {}
+
+  // Read the node matrices from these (N x R) instead of ``out``: the one-task choice
+  // (select_node), which writes none of them, reads the caller's own.
+  void read_matrices(const double* idle, const double* releasing) {
+    idle_m_ = const_cast<double*>(idle);
+    rel_m_ = const_cast<double*>(releasing);
+  }
 
   void run() {
     init();
@@ -73,6 +85,10 @@ class Loop {
  private:
   const Input& in_;
   Output& out_;
+  // The node matrices (N x R): out_'s, or the caller's for select_node.
+  double* idle_m_;
+  double* rel_m_;
+  double* used_m_;
   // jobs
   std::vector<i64> ptr_, active_, nonpipe_, pipelined_, allocset_, cur_key_;
   std::vector<double> jreq_;
@@ -126,9 +142,9 @@ class Loop {
   // ------------------------------------------------------------------ helpers
   const double* req(i64 t) const { return in_.task_req + t * in_.R; }
   const double* qvec(i64 t) const { return in_.task_qvec + t * 3; }
-  double* idle(i64 n) { return out_.idle.data() + n * in_.R; }
-  double* rel(i64 n) { return out_.releasing.data() + n * in_.R; }
-  double* used(i64 n) { return out_.used.data() + n * in_.R; }
+  double* idle(i64 n) { return idle_m_ + n * in_.R; }
+  double* rel(i64 n) { return rel_m_ + n * in_.R; }
+  double* used(i64 n) { return used_m_ + n * in_.R; }
   const bool* pmask(i64 sig, i64 p) const { return in_.pred + (sig * in_.P + p) * in_.N; }
   i64 path_len(i64 q) const { return in_.q_path_start[q + 1] - in_.q_path_start[q]; }
   const i64* path(i64 q) const { return in_.q_path + in_.q_path_start[q]; }
@@ -194,7 +210,7 @@ class Loop {
     const i64 N = in_.N, R = in_.R, g = in_.gpu;
     releasing_zero_ = true;
     for (i64 i = 0; i < N * R; ++i) {
-      if (out_.releasing[static_cast<std::size_t>(i)] != 0.0) releasing_zero_ = false;
+      if (rel_m_[i] != 0.0) releasing_zero_ = false;
     }
     // Load-aware filters and scores move the choice off the lowest free-GPU bucket.
     index_on_ = releasing_zero_ && in_.gpu_binpack && N > 0 && !la_on_;
@@ -610,8 +626,8 @@ class Loop {
   bool shared_fits(i64 t, i64 n, bool idle_only) const {
     const double p = portion(t);
     const bool valid = p > 0.0 && p <= 1.0 + 1e-9;
-    const double id = out_.idle[static_cast<std::size_t>(n * in_.R + in_.gpu)];
-    const double rl = out_.releasing[static_cast<std::size_t>(n * in_.R + in_.gpu)];
+    const double id = idle_m_[n * in_.R + in_.gpu];
+    const double rl = rel_m_[n * in_.R + in_.gpu];
     const bool whole_any = id + rl >= 1.0 - 1e-9;
     const bool whole_idle = id >= 1.0 - 1e-9 && whole_any;
     const auto k = static_cast<std::size_t>(n);
@@ -1360,8 +1376,10 @@ void run(const Input& in, Output& out) {
   loop.run();
 }
 
-i64 select_node(const Input& in, Output& state, bool* on_idle) {
+i64 select_node(const Input& in, const double* idle, const double* releasing, bool* on_idle) {
+  Output state;
   Loop loop(in, state);
+  loop.read_matrices(idle, releasing);
   return loop.select_one(on_idle);
 }
 

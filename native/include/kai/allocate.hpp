@@ -158,7 +158,8 @@ void run(const Input& in, Output& out);
 
 /// The node the loop would choose for task 0 of ``in`` (T = 1; no load-aware form), -1
 /// when none may take it, and in ``on_idle`` whether it fits there on idle capacity.
-/// ``state`` holds the node matrices (idle, releasing) as they are now.
-i64 select_node(const Input& in, Output& state, bool* on_idle);
+/// ``idle`` and ``releasing`` are the node matrices (N x R) as they are now; they are
+/// only read.
+i64 select_node(const Input& in, const double* idle, const double* releasing, bool* on_idle);
 
 }  // namespace kai::alloc
