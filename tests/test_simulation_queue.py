@@ -133,3 +133,25 @@ def test_runs_of_alike_jobs_are_skipped_without_comparing() -> None:
     order_all, calls_all = _pop_all(ssn_all, last, set(last))
     assert order_all == order
     assert calls_all >= 19
+
+
+def test_pool_keys_follow_committed_changes() -> None:
+    # The pool keeps each skipped job's queue-order key between simulations; a commit
+    # that changes a job's tasks re-keys it, so the next simulation reads the new key.
+    nodes = {"n0": 8}
+    queues = [queue("q0", 2, created=NOW)]
+    jobs = [J("a", "q0", [T("Pending"), T("Pending")], gpus=2), J("b", "q0", [T("Pending")])]
+    ssn = _open(build(nodes, queues, jobs))
+    pool = PendingPool.for_session(ssn)
+    assert pool is not None
+    job = next(job for job in ssn.jobs.values() if job.name == "a")
+    before = pool.queue_key(job)
+    assert before == ssn.queue_order_job_key(job)
+
+    stmt = ssn.statement()
+    stmt.allocate(job.tasks[0], 0)
+    stmt.commit()
+    assert ssn.queue_order_job_key(job) != before  # its next chunk is now one pod
+    assert pool.queue_key(job) == before  # kept: nothing re-keyed it yet
+    pool.update([job])
+    assert pool.queue_key(job) == ssn.queue_order_job_key(job)

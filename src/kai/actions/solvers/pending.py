@@ -38,13 +38,26 @@ class PendingPool(LeafPool):
         # the session's first action looked are all there can be (kai.actions.common).
         jobs = ssn.cache.get(PENDING_AT_START)
         super().__init__(ssn, key, ssn.jobs.values() if jobs is None else jobs)
+        self._queue_keys: dict[Job, tuple | None] = {}
 
     def member(self, job: Job) -> bool:
         return job.queue in self.ssn.queues and job.has_pending()
 
+    def queue_key(self, job: Job) -> tuple | None:
+        """``ssn.queue_order_job_key(job)``, kept until :meth:`update` re-keys the job.
+
+        Only for jobs no simulation touches (not its participants): their tasks change
+        status only when a statement commits, and the action re-keys those jobs then."""
+        keys = self._queue_keys
+        if job in keys:
+            return keys[job]
+        key = keys[job] = self.ssn.queue_order_job_key(job)
+        return key
+
     def update(self, jobs: Iterable[Job]) -> None:
         """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool."""
         for job in dict.fromkeys(jobs):
+            self._queue_keys.pop(job, None)
             leaf = job.queue or ""
             old = self.entries.pop(job, None)
             if old is not None:
@@ -122,6 +135,7 @@ class SimulationQueue(JobQueue):
             leaf.left += 1
         self.remaining = len(participants)
         self.participants = set(participants)
+        self.pool = pool
 
     def _leaf_head(self, name: str) -> Job | None:
         leaf = self.leaves.get(name)
@@ -152,10 +166,11 @@ class SimulationQueue(JobQueue):
         """Skip the non-participants after ``skipped`` in ``leaf`` that the queue order
         cannot tell from it: with nothing else changed, each would win the same
         comparisons and be skipped in turn."""
-        key = self.ssn.queue_order_job_key(skipped)
+        key_of = self.pool.queue_key  # non-participants: the simulation leaves them be
+        key = key_of(skipped)
         if key is None:
             return
-        participants, key_of = self.participants, self.ssn.queue_order_job_key
+        participants = self.participants
         while True:
             job = leaf.head()
             if job is None or job in participants or key_of(job) != key:
