@@ -31,12 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.api.objects import GenericObject, OwnerReference, PodGroupObject, PodObject
-
-if TYPE_CHECKING:
-    from kai.api.model import Job, Task
 
 PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 PREEMPTIBLE = "preemptible"
@@ -187,8 +185,6 @@ def evictable_tasks(job: Job) -> list[Task]:
     All of them for a preemptible job, none for a non-preemptible one, and the pods
     above the core (the first ``minMember`` pods) for a semi-preemptible one.
     """
-    from kai.api.model import ACTIVE_ALLOCATED
-
     active = [t for t in job.tasks if t.status in ACTIVE_ALLOCATED]
     if job.preemptibility == SEMI_PREEMPTIBLE:
         core = job.core_tasks()
@@ -219,8 +215,6 @@ def counts_as_non_preemptible(task: Task) -> bool:
     job now has at most ``minMember`` active pods, a pod just removed is if the job now
     has fewer than ``minMember`` (so an event and its undo charge the same).
     """
-    from kai.api.model import ACTIVE_ALLOCATED
-
     job = task.job
     if job is None:
         return False
