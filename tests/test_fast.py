@@ -217,7 +217,7 @@ def test_compiled_modules_write_objects_directly() -> None:
     for name in _fast.NAMES:
         module = _fast.module(name)
         assert module is not None, name
-        if hasattr(module, "direct"):  # the modules that make objects
+        if name != "ledger":  # the one module that makes no objects
             assert module.direct(), name
 
 
@@ -375,7 +375,7 @@ def test_row_arithmetic_identical(seed: int) -> None:
     n, r = 9, 6
     compiled = [rng.random((n, r)) * 1e3 for _ in range(3)]
     reference = [m.copy() for m in compiled]
-    vec_c, vec_r = rng.random(3), None
+    vec_c = rng.random(3)
     vec_r = vec_c.copy()
     requests = [np.round(rng.random(r) * 10, 1) for _ in range(5)]  # 0.1s: inexact
     for _ in range(3000):

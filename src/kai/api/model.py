@@ -567,7 +567,13 @@ class NodeTable:
         self.version += 1
         i = task.node
         self._charge_rows(
-            self.used, self.idle, self.releasing, i, task.request, _ROW_KIND(task.status, 0), True
+            self.used,
+            self.idle,
+            self.releasing,
+            i,
+            task.request,
+            _ROW_KIND(task.status, ROWS_IDLE),
+            True,
         )
         self.tasks[i].add(task)
         if task.is_shared_gpu and task.gpu_group is not None:
@@ -578,7 +584,13 @@ class NodeTable:
         self.version += 1
         i = task.node
         self._charge_rows(
-            self.used, self.idle, self.releasing, i, task.request, _ROW_KIND(task.status, 0), False
+            self.used,
+            self.idle,
+            self.releasing,
+            i,
+            task.request,
+            _ROW_KIND(task.status, ROWS_IDLE),
+            False,
         )
         self.tasks[i].discard(task)
         if task.is_shared_gpu and task.gpu_group is not None:
