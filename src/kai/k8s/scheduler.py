@@ -27,6 +27,7 @@ from kai.k8s.client import KubeClient, parse_owner_resource
 from kai.k8s.leader import LeaderElector, default_identity
 from kai.k8s.metrics import SchedulerMetrics
 from kai.k8s.server import HealthServer
+from kai.memory import CycleCollector
 from kai.snapshot.builder import build_state
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class Scheduler:
             self.usage = lister_from_config(self.config.usage_db)
         self.server: HealthServer | None = None
         self.stop_event = threading.Event()
+        self.collector = CycleCollector()
         self.cycles = 0
         self._heartbeat = time.monotonic()
         self._started = False
@@ -204,6 +206,7 @@ class Scheduler:
             self.usage.stop()
         if self.server is not None:
             self.server.stop()
+        self.collector.release()
         log.info("scheduler stopped")
 
     def stop(self) -> None:
@@ -222,10 +225,12 @@ class Scheduler:
                 self.identity,
             )
             self._looping = True
+            self.collector.settle()  # the cache as listed: long-lived
             while not self.stop_event.is_set():
                 self._heartbeat = time.monotonic()
                 if self.is_leader:
                     self.cycle()
+                self.collector.settle()
                 self.stop_event.wait(self.options.schedule_period)
             return 0
         finally:
@@ -269,7 +274,8 @@ class Scheduler:
         start = time.perf_counter()
         self.cycles += 1
         try:
-            report = self._cycle()
+            with self.collector.paused():  # collected once after (run's settle)
+                report = self._cycle()
             self.metrics.cycles.labels("ok").inc()
         except Exception as err:  # noqa: BLE001 - one bad cycle never stops the loop
             log.exception("scheduling cycle %d failed", self.cycles)
