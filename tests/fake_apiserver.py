@@ -94,6 +94,54 @@ def _status(code: int, reason: str, message: str) -> dict:
     }
 
 
+_UNSUPPORTED = object()
+
+
+def _wire_fields(data: bytes) -> dict[int, bytes]:
+    """The length-delimited fields of one protobuf message (the last of each number)."""
+    fields: dict[int, bytes] = {}
+    i = 0
+    while i < len(data):
+        key, i = _wire_varint(data, i)
+        if key & 7 != 2:
+            raise ValueError(f"wire type {key & 7} in a binding")
+        size, i = _wire_varint(data, i)
+        fields[key >> 3] = data[i : i + size]
+        i += size
+    return fields
+
+
+def _wire_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+def _binding_from_protobuf(raw: bytes) -> dict:
+    """A protobuf ``Binding`` (runtime.Unknown envelope) as its JSON form."""
+    if not raw.startswith(b"k8s\x00"):
+        raise ValueError("no protobuf magic")
+    unknown = _wire_fields(raw[4:])
+    type_meta = _wire_fields(unknown[1])
+    binding = _wire_fields(unknown[2])
+    meta, target = _wire_fields(binding[1]), _wire_fields(binding[2])
+    names = {
+        "metadata": {1: "name", 3: "namespace", 5: "uid"},
+        "target": {1: "kind", 3: "name", 5: "apiVersion"},
+    }
+    return {
+        "apiVersion": type_meta[1].decode(),
+        "kind": type_meta[2].decode(),
+        "metadata": {names["metadata"][k]: v.decode() for k, v in meta.items()},
+        "target": {names["target"][k]: v.decode() for k, v in target.items()},
+    }
+
+
 class FakeApiServer:
     def __init__(self) -> None:
         self.lock = threading.Condition()
@@ -105,6 +153,7 @@ class FakeApiServer:
         self.fail: dict[tuple[str, str], int] = {}  # (verb, ns/name) -> HTTP status
         self.gone_next_watch: set[str] = set()  # plurals whose next watch gets 410
         self.not_served: set[str] = set()  # plurals answered 404, as an absent CRD
+        self.protobuf = True  # False: protobuf bodies answered 415, as a CRD server does
         self.list_count: dict[str, int] = {}
         self.watch_count: dict[str, int] = {}
         self.stopping = False
@@ -234,6 +283,8 @@ class FakeApiServer:
             def _body(self) -> Any:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
+                if raw and "protobuf" in (self.headers.get("Content-Type") or ""):
+                    return _binding_from_protobuf(raw) if server.protobuf else _UNSUPPORTED
                 return json.loads(raw) if raw else None
 
             def _dispatch(self, method: str) -> None:
@@ -243,6 +294,9 @@ class FakeApiServer:
                 with server.lock:
                     server.requests.append((method, url.path, body))
                     server.headers.append((method, url.path, dict(self.headers.items())))
+                if body is _UNSUPPORTED:
+                    self._send(415, _status(415, "UnsupportedMediaType", "protobuf"))
+                    return
                 m = _PATH.match(url.path)
                 if not m or m["plural"] not in RESOURCES:
                     self._send(404, _status(404, "NotFound", f"no route {url.path}"))

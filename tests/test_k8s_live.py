@@ -806,6 +806,41 @@ def _looping(sched: Scheduler) -> threading.Thread:
     return runner
 
 
+def _bind_content_types(api: FakeApiServer) -> list[str]:
+    return [
+        h.get("Content-Type", "")
+        for method, path, h in api.headers
+        if method == "POST" and path.endswith("/binding")
+    ]
+
+
+def test_binds_go_as_protobuf(api: FakeApiServer, client: KubeClient) -> None:
+    api.put(f.node("n1"))
+    api.put(f.pod("p1", queue="q"))
+    uid = api.objects[("pods", "default", "p1")]["metadata"]["uid"]
+    client.bind("default", "p1", "n1", uid)
+    assert _node_of(api, "p1") == "n1"
+    assert _bind_content_types(api) == ["application/vnd.kubernetes.protobuf"]
+    body = api.requests[-1][2]  # as the fake decoded it from the wire
+    assert body["kind"] == "Binding"
+    assert body["metadata"] == {"name": "p1", "namespace": "default", "uid": uid}
+    assert body["target"] == {"kind": "Node", "name": "n1", "apiVersion": "v1"}
+
+
+def test_binds_fall_back_to_json_where_protobuf_is_refused(
+    api: FakeApiServer, client: KubeClient
+) -> None:
+    api.protobuf = False  # answered 415 Unsupported Media Type
+    api.put(f.node("n1"))
+    for name in ("p1", "p2"):
+        api.put(f.pod(name, queue="q"))
+    client.bind("default", "p1", "n1")
+    client.bind("default", "p2", "n1")
+    assert _node_of(api, "p1") == _node_of(api, "p2") == "n1"
+    protobuf, json_ = "application/vnd.kubernetes.protobuf", "application/json"
+    assert _bind_content_types(api) == [protobuf, json_, json_]  # asked once
+
+
 def test_binds_in_flight_do_not_hold_up_the_loop(api: FakeApiServer, client: KubeClient) -> None:
     api.put(f.node("n1", gpus=2))
     api.put(f.queue("q"))

@@ -36,6 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from kai.k8s import protobuf
 from kai.k8s.connections import JSON, DirectConnections, api_error
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,8 @@ class KubeClient:
             if DirectConnections.usable(api_client)
             else None
         )
+        # Bindings go as protobuf (protobuf.py) unless the server refuses it.
+        self._protobuf_binds = True
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -363,7 +366,7 @@ class KubeClient:
         resp = self.api_client.rest_client.pool_manager.request(
             method,
             url,
-            body=None if body is None else orjson.dumps(body),
+            body=None if body is None else body if isinstance(body, bytes) else orjson.dumps(body),
             headers=self._headers(accept, content_type if body is not None else None),
             timeout=(
                 urllib3.Timeout(connect=timeout[0], read=timeout[1])
@@ -435,6 +438,18 @@ class KubeClient:
 
     # ------------------------------------------------------------------ writes
     def bind(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+        path = _pod_path(namespace, name) + "/binding"
+        if self._protobuf_binds:
+            try:
+                self._write(
+                    "POST", path, protobuf.binding(namespace, name, node, uid), protobuf.PROTOBUF
+                )
+                return
+            except ApiException as err:
+                if err.status != 415:  # Unsupported Media Type: JSON from now on
+                    raise
+                log.info("the API server takes no protobuf bindings; binding with JSON")
+                self._protobuf_binds = False
         metadata = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid  # refused if the pod was replaced under the same name
@@ -444,7 +459,7 @@ class KubeClient:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self._write("POST", _pod_path(namespace, name) + "/binding", body)
+        self._write("POST", path, body)
 
     def evict(self, namespace: str, name: str) -> None:
         body = {

@@ -117,9 +117,10 @@ class DirectConnections:
         return dict(cached[1])
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
-        """Send one request; the answer's body, or :class:`ApiException` for an answer
+        """Send one request (``body``: JSON-serialisable, or bytes sent as they are); the
+        answer's body, or :class:`ApiException` for an answer
         that is not 2xx (status, reason and body as the generated client gives them)."""
-        payload = b"" if body is None else orjson.dumps(body)
+        payload = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
         headers = self._auth_headers()
         if body is not None:
             headers["Content-Type"] = content_type
