@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from tests.protobuf_wire import binding_from_protobuf
+
 # plural -> (kind, apiVersion, namespaced)
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     "nodes": ("Node", "v1", False),
@@ -95,51 +97,6 @@ def _status(code: int, reason: str, message: str) -> dict:
 
 
 _UNSUPPORTED = object()
-
-
-def _wire_fields(data: bytes) -> dict[int, bytes]:
-    """The length-delimited fields of one protobuf message (the last of each number)."""
-    fields: dict[int, bytes] = {}
-    i = 0
-    while i < len(data):
-        key, i = _wire_varint(data, i)
-        if key & 7 != 2:
-            raise ValueError(f"wire type {key & 7} in a binding")
-        size, i = _wire_varint(data, i)
-        fields[key >> 3] = data[i : i + size]
-        i += size
-    return fields
-
-
-def _wire_varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, i
-
-
-def _binding_from_protobuf(raw: bytes) -> dict:
-    """A protobuf ``Binding`` (runtime.Unknown envelope) as its JSON form."""
-    if not raw.startswith(b"k8s\x00"):
-        raise ValueError("no protobuf magic")
-    unknown = _wire_fields(raw[4:])
-    type_meta = _wire_fields(unknown[1])
-    binding = _wire_fields(unknown[2])
-    meta, target = _wire_fields(binding[1]), _wire_fields(binding[2])
-    names = {
-        "metadata": {1: "name", 3: "namespace", 5: "uid"},
-        "target": {1: "kind", 3: "name", 5: "apiVersion"},
-    }
-    return {
-        "apiVersion": type_meta[1].decode(),
-        "kind": type_meta[2].decode(),
-        "metadata": {names["metadata"][k]: v.decode() for k, v in meta.items()},
-        "target": {names["target"][k]: v.decode() for k, v in target.items()},
-    }
 
 
 class FakeApiServer:
@@ -284,7 +241,7 @@ class FakeApiServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
                 if raw and "protobuf" in (self.headers.get("Content-Type") or ""):
-                    return _binding_from_protobuf(raw) if server.protobuf else _UNSUPPORTED
+                    return binding_from_protobuf(raw) if server.protobuf else _UNSUPPORTED
                 return json.loads(raw) if raw else None
 
             def _dispatch(self, method: str) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tests.protobuf_wire import binding_from_protobuf
+
 
 @dataclass
 class Request:
@@ -44,7 +46,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
+        if raw and "protobuf" in (self.headers.get("Content-Type") or ""):
+            body: object = binding_from_protobuf(raw)
+        else:
+            body = json.loads(raw) if raw else None
         self.server.requests.append(Request(self.command, self.path, dict(self.headers), body))
         status, answer = self.server.answer
         data = json.dumps(answer).encode()

@@ -36,11 +36,12 @@ def test_a_bind_posts_the_binding_with_the_credentials(server: RecordingServer) 
     (req,) = server.requests
     assert (req.method, req.path) == ("POST", "/api/v1/namespaces/team-a/pods/train-0/binding")
     assert req.headers["authorization"] == "Bearer secret"
-    assert req.body == {
+    assert req.headers["Content-Type"] == "application/vnd.kubernetes.protobuf"
+    assert req.body == {  # as read back from the protobuf wire format
         "apiVersion": "v1",
         "kind": "Binding",
         "metadata": {"name": "train-0", "namespace": "team-a", "uid": "u-1"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-7"},
+        "target": {"kind": "Node", "name": "node-7", "apiVersion": "v1"},
     }
     client.close()
 
