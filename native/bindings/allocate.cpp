@@ -10,6 +10,7 @@
 
 #include "common.hpp"
 #include "kai/allocate.hpp"
+#include "kai/simulation.hpp"
 #include "registrations.hpp"
 
 namespace kai::bind {
@@ -293,6 +294,36 @@ py::dict allocate_loop(const py::dict& d) {
 }
 
 template <typename A>
+A sized(const py::object& o, const char* name, std::size_t expect) {
+  A a = py::cast<A>(o.attr(name));
+  if (static_cast<std::size_t>(a.size()) != expect) {
+    throw py::value_error(std::string("replace_until_preemptor: ") + name + ": expected " +
+                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
+  }
+  return a;
+}
+
+// Every value of ``a`` in [lo, hi).
+void in_range(const I64& a, i64 lo, i64 hi, const char* name) {
+  const i64* v = a.data();
+  for (py::ssize_t k = 0; k < a.size(); ++k) {
+    if (v[k] < lo || v[k] >= hi) {
+      throw py::value_error(std::string("replace_until_preemptor: ") + name + " out of range");
+    }
+  }
+}
+
+// Offsets: starting at 0, never decreasing, ending at most at ``end``.
+void ascending(const I64& a, i64 end, const char* name) {
+  const i64* v = a.data();
+  for (py::ssize_t k = 0; k < a.size(); ++k) {
+    if (v[k] < 0 || v[k] > end || (k > 0 && v[k] < v[k - 1])) {
+      throw py::value_error(std::string("replace_until_preemptor: ") + name + " not offsets");
+    }
+  }
+}
+
+template <typename A>
 void check_size(const A& a, std::size_t expect, const char* name) {
   if (static_cast<std::size_t>(a.size()) != expect) {
     throw py::value_error(std::string("NodePicker: ") + name + ": expected " +
@@ -374,6 +405,110 @@ class NodePicker {
     return py::make_tuple(node, on_idle);
   }
 
+  // kai/simulation.hpp: ``sim`` is a kai.actions.solvers.replacement.ReplacementArrays.
+  bool replace_until_preemptor(const py::object& sim) {
+    const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
+    kai::alloc::Replacement r;
+    const F64 idle = sized<F64>(sim, "idle", N * R), releasing = sized<F64>(sim, "releasing", N * R),
+              used = sized<F64>(sim, "used", N * R);
+    const Bool within = sized<Bool>(sim, "within", N);
+    const Bool masks = py::cast<Bool>(sim.attr("masks"));
+    r.P = py::cast<i64>(sim.attr("predicates"));
+    const std::size_t per_mask = static_cast<std::size_t>(r.P) * N;
+    if (r.P < 0 || (per_mask > 0 && static_cast<std::size_t>(masks.size()) % per_mask != 0)) {
+      throw py::value_error("replace_until_preemptor: masks");
+    }
+    const i64 K = per_mask > 0 ? static_cast<i64>(static_cast<std::size_t>(masks.size()) / per_mask) : 0;
+    r.count_slack = py::cast<double>(sim.attr("count_slack"));
+    const F64 q_alloc = py::cast<F64>(sim.attr("q_alloc"));
+    const auto Q = static_cast<std::size_t>(q_alloc.size()) / 3;
+    r.Q = static_cast<i64>(Q);
+    const F64 q_alloc_np = sized<F64>(sim, "q_alloc_np", Q * 3),
+              deserved = sized<F64>(sim, "q_deserved", Q * 3), limit = sized<F64>(sim, "q_limit", Q * 3),
+              fair = sized<F64>(sim, "q_fair", Q * 3),
+              allocatable = sized<F64>(sim, "q_allocatable", Q * 3), total = sized<F64>(sim, "total", 3);
+    const I64 priority = sized<I64>(sim, "q_priority", Q), rank = sized<I64>(sim, "q_rank", Q),
+              path_start = sized<I64>(sim, "q_path_start", Q + 1);
+    const I64 path = py::cast<I64>(sim.attr("q_path"));
+    const I64 kid_start = sized<I64>(sim, "kid_start", Q + 2);
+    const I64 kids = py::cast<I64>(sim.attr("kids"));
+    const I64 base_start = sized<I64>(sim, "base_start", Q + 1);
+    const F64 base_request = py::cast<F64>(sim.attr("base_request"));
+    const auto B = static_cast<std::size_t>(base_request.size()) / 3;
+    const Bool base_skipped = sized<Bool>(sim, "base_skipped", B);
+    const I64 p_leaf = py::cast<I64>(sim.attr("p_leaf"));
+    const auto M = static_cast<std::size_t>(p_leaf.size());
+    const I64 own_start = sized<I64>(sim, "own_start", Q + 1), own = sized<I64>(sim, "own", M),
+              p_before = sized<I64>(sim, "p_before", M),
+              p_task_start = sized<I64>(sim, "p_task_start", M + 1),
+              p_np_count = sized<I64>(sim, "p_np_count", M);
+    const F64 p_request = sized<F64>(sim, "p_request", M * 3),
+              p_gpu_need = sized<F64>(sim, "p_gpu_need", M);
+    const Bool p_np_charge = sized<Bool>(sim, "p_np_charge", M);
+    const I64 t_mask = py::cast<I64>(sim.attr("t_mask"));
+    const auto T = static_cast<std::size_t>(t_mask.size());
+    const F64 t_req = sized<F64>(sim, "t_req", T * R), t_qvec = sized<F64>(sim, "t_qvec", T * 3);
+    const I64 t_nominated = sized<I64>(sim, "t_nominated", T),
+              t_evicted_from = sized<I64>(sim, "t_evicted_from", T);
+    r.preemptor = py::cast<i64>(sim.attr("preemptor"));
+    // Indices are checked here: the kernel trusts them.
+    const auto q = static_cast<i64>(Q), n = static_cast<i64>(N);
+    in_range(path, 0, q, "q_path");
+    ascending(path_start, static_cast<i64>(path.size()), "q_path_start");
+    in_range(kids, 0, q, "kids");
+    ascending(kid_start, static_cast<i64>(kids.size()), "kid_start");
+    ascending(base_start, static_cast<i64>(B), "base_start");
+    ascending(own_start, static_cast<i64>(M), "own_start");
+    in_range(own, 0, static_cast<i64>(M), "own");
+    in_range(p_leaf, 0, q, "p_leaf");
+    in_range(p_before, 0, static_cast<i64>(B) + 1, "p_before");
+    ascending(p_task_start, static_cast<i64>(T), "p_task_start");
+    in_range(t_mask, 0, K, "t_mask");
+    in_range(t_nominated, -1, n, "t_nominated");
+    in_range(t_evicted_from, -1, n, "t_evicted_from");
+    if (r.preemptor < 0 || r.preemptor >= static_cast<i64>(M)) {
+      throw py::value_error("replace_until_preemptor: preemptor");
+    }
+    r.idle = idle.data();
+    r.releasing = releasing.data();
+    r.used = used.data();
+    r.within = within.data();
+    r.masks = masks.data();
+    r.q_alloc = q_alloc.data();
+    r.q_alloc_np = q_alloc_np.data();
+    r.rules.deserved = deserved.data();
+    r.rules.limit = limit.data();
+    r.rules.fair = fair.data();
+    r.rules.allocatable = allocatable.data();
+    r.rules.priority = priority.data();
+    r.rules.rank = rank.data();
+    r.rules.total = total.data();
+    r.rules.path_start = path_start.data();
+    r.rules.path = path.data();
+    r.kid_start = kid_start.data();
+    r.kids = kids.data();
+    r.base_start = base_start.data();
+    r.base_request = base_request.data();
+    r.base_skipped = base_skipped.data();
+    r.M = static_cast<i64>(M);
+    r.own_start = own_start.data();
+    r.own = own.data();
+    r.p_before = p_before.data();
+    r.p_request = p_request.data();
+    r.p_leaf = p_leaf.data();
+    r.p_task_start = p_task_start.data();
+    r.p_np_count = p_np_count.data();
+    r.p_np_charge = p_np_charge.data();
+    r.p_gpu_need = p_gpu_need.data();
+    r.t_req = t_req.data();
+    r.t_qvec = t_qvec.data();
+    r.t_mask = t_mask.data();
+    r.t_nominated = t_nominated.data();
+    r.t_evicted_from = t_evicted_from.data();
+    py::gil_scoped_release release;
+    return kai::alloc::replace_until_preemptor(in_, r);
+  }
+
  private:
   F64 allocatable_, cap_gpu_;
   I64 comps_;
@@ -394,7 +529,10 @@ void register_allocate(py::module_& m) {
            py::arg("cpu_col"), py::arg("gpu_binpack"), py::arg("cpu_binpack"))
       .def("pick", &NodePicker::pick, py::arg("idle"), py::arg("releasing"), py::arg("request"),
            py::arg("masks"), py::arg("nominated"), py::arg("portion"), py::arg("shared_idle"),
-           py::arg("shared_any"), py::arg("within"));
+           py::arg("shared_any"), py::arg("within"))
+      .def("replace_until_preemptor", &NodePicker::replace_until_preemptor, py::arg("sim"),
+           "A simulation's re-placement up to the preemptor (kai/simulation.hpp): whether "
+           "the preemptor is placed whole in its turn.");
 }
 
 }  // namespace kai::bind

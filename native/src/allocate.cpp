@@ -22,6 +22,7 @@
 
 #include "kai/common.hpp"
 #include "kai/loadaware.hpp"
+#include "kai/queue_policy.hpp"
 
 namespace kai::alloc {
 namespace {
@@ -63,7 +64,17 @@ class Loop {
         out_(out),
         idle_m_(out.idle.data()),
         rel_m_(out.releasing.data()),
-        used_m_(out.used.data()) {}
+        used_m_(out.used.data()) {
+    rules_.deserved = in.q_deserved;
+    rules_.limit = in.q_limit;
+    rules_.fair = in.q_fair;
+    rules_.allocatable = in.q_allocatable;
+    rules_.priority = in.q_priority;
+    rules_.rank = in.q_rank;
+    rules_.total = in.total;
+    rules_.path_start = in.q_path_start;
+    rules_.path = in.q_path;
+  }
 
   // Read the node matrices from these (N x R) instead of ``out``: the one-task choice
   // (select_node), which writes none of them, reads the caller's own.
@@ -85,6 +96,7 @@ class Loop {
  private:
   const Input& in_;
   Output& out_;
+  QueueRules rules_;
   // The node matrices (N x R): out_'s, or the caller's for select_node.
   double* idle_m_;
   double* rel_m_;
@@ -363,85 +375,10 @@ class Loop {
     return out;
   }
 
-  double dominant(i64 q, const double* vec) const {
-    double best = 0.0;
-    for (int r = 0; r < 3; ++r) {
-      double cap = in_.q_allocatable[q * 3 + r];
-      if (cap == UNLIMITED) cap = in_.total[r];
-      const double value = cap > 0 ? vec[r] / cap : vec[r] * 1000.0;
-      if (value > best) best = value;
-    }
-    return best;
-  }
-
   // proportion.queue_order(left, right, left_job, right_job) without victims.
   int queue_order(i64 l, i64 r, i64 lj, i64 rj) {
-    const double* la = out_.q_alloc.data() + l * 3;
-    const double* ra = out_.q_alloc.data() + r * 3;
-    const double* lf = in_.q_fair + l * 3;
-    const double* rf = in_.q_fair + r * 3;
-    double lreq[3], rreq[3];
-    const double* x = job_request(lj);
-    const double* y = job_request(rj);
-    for (int k = 0; k < 3; ++k) {
-      lreq[k] = x[k];
-      rreq[k] = y[k];
-    }
-    bool lover = true, rover = true;
-    for (int k = 0; k < 3; ++k) {
-      lover = lover && lf[k] < la[k];
-      rover = rover && rf[k] < ra[k];
-    }
-    if (lover != rover) return lover ? 1 : -1;
-    const bool lst = within_deserved(l, lreq), rst = within_deserved(r, rreq);
-    if (lst != rst) return lst ? -1 : 1;
-    const i64 lp = in_.q_priority[l], rp = in_.q_priority[r];
-    if (lp != rp) return lp > rp ? -1 : 1;
-    const bool lz = uses_zero(l, lreq), rz = uses_zero(r, rreq);
-    if (lz != rz) return lz ? 1 : -1;
-    double lv[3], rv[3];
-    for (int k = 0; k < 3; ++k) {
-      lv[k] = (la[k] + lreq[k]) - 0.0;
-      rv[k] = (ra[k] + rreq[k]) - 0.0;
-    }
-    double lds = dominant(l, lv), rds = dominant(r, rv);
-    if (lds != rds) return lds < rds ? -1 : 1;
-    lds = dominant(l, la);
-    rds = dominant(r, ra);
-    if (lds != rds) return lds < rds ? -1 : 1;
-    const double* lc = in_.q_allocatable + l * 3;
-    const double* rc = in_.q_allocatable + r * 3;
-    bool all_le = true, any_lt = false, all_ge = true, any_gt = false;
-    for (int k = 0; k < 3; ++k) {
-      all_le = all_le && lc[k] <= rc[k];
-      any_lt = any_lt || lc[k] < rc[k];
-      all_ge = all_ge && rc[k] <= lc[k];
-      any_gt = any_gt || rc[k] < lc[k];
-    }
-    if (all_le && any_lt) return -1;
-    if (all_ge && any_gt) return 1;
-    const i64 lk = in_.q_rank[l], rk = in_.q_rank[r];
-    if (lk != rk) return lk < rk ? -1 : 1;
-    return 0;
-  }
-
-  bool within_deserved(i64 q, const double* req) const {
-    const double* a = out_.q_alloc.data() + q * 3;
-    const double* d = in_.q_deserved + q * 3;
-    for (int k = 0; k < 3; ++k) {
-      const double total = a[k] + req[k];
-      if (!(d[k] == UNLIMITED || total <= d[k] + 1e-9)) return false;
-    }
-    return true;
-  }
-
-  bool uses_zero(i64 q, const double* req) const {
-    const double* a = out_.q_alloc.data() + q * 3;
-    const double* c = in_.q_allocatable + q * 3;
-    for (int k = 0; k < 3; ++k) {
-      if (c[k] == 0 && a[k] + req[k] > 0) return true;
-    }
-    return false;
+    return kai::alloc::queue_order(rules_, out_.q_alloc.data(), l, r, job_request(lj),
+                                   job_request(rj));
   }
 
   // Best (queue-at-this-level's subtree) job of queue q; -1 when empty.
@@ -519,27 +456,9 @@ class Loop {
 
   // Returns the kind (kOk, kOverLimit, kOverQuota) and fills info/vec for the message.
   i64 over_capacity(i64 j, i64 first, i64 count, i64* queue, double* vec) {
-    const i64 leaf = in_.job_leaf[j];
-    const i64* p = path(leaf);
-    const i64 len = path_len(leaf);
     double request[3] = {0.0, 0.0, 0.0};
     for (i64 t = first; t < first + count; ++t) {
       for (int r = 0; r < 3; ++r) request[r] = request[r] + qvec(t)[r];
-    }
-    for (i64 k = len - 1; k >= 0; --k) {
-      const i64 q = p[k];
-      const double* lim = in_.q_limit + q * 3;
-      const double* a = out_.q_alloc.data() + q * 3;
-      for (int r = 0; r < 3; ++r) {
-        if (lim[r] != UNLIMITED && request[r] > 0 && lim[r] < (a[r] + request[r]) - 1e-9) {
-          *queue = q;
-          for (int s = 0; s < 3; ++s) {
-            vec[s] = a[s];
-            vec[3 + s] = request[s];
-          }
-          return kOverLimit;
-        }
-      }
     }
     // non_preemptible_part
     i64 np_count;
@@ -552,27 +471,14 @@ class Loop {
       const i64 room = in_.job_min[j] - active_[j];
       np_count = room < 0 ? 0 : (room < count ? room : count);
     }
-    if (np_count == 0) return kOk;
     double npreq[3] = {0.0, 0.0, 0.0};
     for (i64 t = first; t < first + np_count; ++t) {
       for (int r = 0; r < 3; ++r) npreq[r] = npreq[r] + qvec(t)[r];
     }
-    for (i64 k = len - 1; k >= 0; --k) {
-      const i64 q = p[k];
-      const double* d = in_.q_deserved + q * 3;
-      const double* a = out_.q_alloc_np.data() + q * 3;
-      for (int r = 0; r < 3; ++r) {
-        if (d[r] != UNLIMITED && npreq[r] > 0 && d[r] < (a[r] + npreq[r]) - 1e-9) {
-          *queue = q;
-          for (int s = 0; s < 3; ++s) {
-            vec[s] = a[s];
-            vec[3 + s] = npreq[s];
-          }
-          return kOverQuota;
-        }
-      }
-    }
-    return kOk;
+    const i64 kind =
+        kai::alloc::over_capacity(rules_, out_.q_alloc.data(), out_.q_alloc_np.data(),
+                                  in_.job_leaf[j], request, np_count > 0, npreq, queue, vec);
+    return kind == kLimit ? kOverLimit : kind == kQuota ? kOverQuota : kOk;
   }
 
   // ---------------------------------------------------------- node selection
@@ -1381,6 +1287,21 @@ i64 select_node(const Input& in, const double* idle, const double* releasing, bo
   Loop loop(in, state);
   loop.read_matrices(idle, releasing);
   return loop.select_one(on_idle);
+}
+
+struct NodeChooser::State {
+  explicit State(const Input& in) : loop(in, out) {}
+  Output out;
+  Loop loop;
+};
+
+NodeChooser::NodeChooser(const Input& in) : state_(std::make_unique<State>(in)) {}
+
+NodeChooser::~NodeChooser() = default;
+
+i64 NodeChooser::choose(const double* idle, const double* releasing, bool* on_idle) {
+  state_->loop.read_matrices(idle, releasing);
+  return state_->loop.select_one(on_idle);
 }
 
 }  // namespace kai::alloc

@@ -105,3 +105,7 @@ class NodePicker:
         shared_any: ArrayLike,
         within: ArrayLike | None,
     ) -> tuple[int, bool]: ...
+    def replace_until_preemptor(self, sim: object) -> bool:
+        """A simulation's re-placement up to the preemptor (``sim``: a
+        kai.actions.solvers.replacement.ReplacementArrays)."""
+        ...

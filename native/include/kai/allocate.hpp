@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace kai::alloc {
@@ -161,5 +162,20 @@ void run(const Input& in, Output& out);
 /// ``idle`` and ``releasing`` are the node matrices (N x R) as they are now; they are
 /// only read.
 i64 select_node(const Input& in, const double* idle, const double* releasing, bool* on_idle);
+
+/// select_node for one task after another, keeping the loop's scratch between the
+/// calls: ``in`` is referenced and read again at each call (its task fields change).
+class NodeChooser {
+ public:
+  explicit NodeChooser(const Input& in);
+  ~NodeChooser();
+  NodeChooser(const NodeChooser&) = delete;
+  NodeChooser& operator=(const NodeChooser&) = delete;
+  i64 choose(const double* idle, const double* releasing, bool* on_idle);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace kai::alloc

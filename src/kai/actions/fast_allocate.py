@@ -244,7 +244,9 @@ class NodePicker:
             return "a GPU order declares no kind"
         return cls(ssn, plugins, picker)
 
-    def _masks(self, task: Task, job: Job) -> np.ndarray | None:
+    def constraint_masks(self, task: Task, job: Job) -> np.ndarray | None:
+        """The batch predicates' masks of ``task`` (P x N), made once per constraint set;
+        None when a predicate gives reasons per node instead."""
         key = constraint_key(task.pod)
         if key in self.masks:
             return self.masks[key]
@@ -260,7 +262,7 @@ class NodePicker:
         (-1: none may take it); None when the picker does not take this task."""
         if task.gpu_memory_mib > 0:
             return None
-        masks = self._masks(task, job)
+        masks = self.constraint_masks(task, job)
         if masks is None:
             return None
         nodes = self.ssn.nodes

@@ -587,8 +587,8 @@ class ProportionPlugin(Plugin):
         if lover != rover:
             return 1 if lover else -1
         # 2. starved queues (within deserved even with the job) first
-        lwith = [a + r for a, r in zip(lalloc, self._job_request(left_job).tolist())]
-        rwith = [a + r for a, r in zip(ralloc, self._job_request(right_job).tolist())]
+        lwith = [a + r for a, r in zip(lalloc, self.job_request(left_job).tolist())]
+        rwith = [a + r for a, r in zip(ralloc, self.job_request(right_job).tolist())]
         lstarved = _within(ldeserved, lwith)
         rstarved = _within(rdeserved, rwith)
         if lstarved != rstarved:
@@ -628,9 +628,10 @@ class ProportionPlugin(Plugin):
 
     def _job_key(self, job: Job | None) -> bytes:
         """All :meth:`queue_order` reads of a job: its next request."""
-        return self._job_request(job).tobytes()
+        return self.job_request(job).tobytes()
 
-    def _job_request(self, job: Job | None) -> np.ndarray:
+    def job_request(self, job: Job | None) -> np.ndarray:
+        """What the queue order reads of a job: the summed request of its next pods."""
         if job is None:
             return np.zeros(len(QUEUE_RESOURCES))
         # Cached per job state: the next chunk (gang, then one pod at a time) changes

@@ -108,12 +108,12 @@ class ReclaimRules:
         """
         ssn = self.ssn
         if job.queue not in ssn.queues:
-            return self.plugin._job_request(job)
+            return self.plugin.job_request(job)
         version = (ssn.queue_versions[job.queue], len(ssn.decisions))
         memo = self._request_memo
         if memo is not None and memo[0] is job and memo[1] == version:
             return memo[2]
-        request = self.plugin._job_request(job)
+        request = self.plugin.job_request(job)
         self._request_memo = (job, version, request)
         return request
 

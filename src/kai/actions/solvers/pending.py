@@ -39,6 +39,7 @@ class PendingPool(LeafPool):
         jobs = ssn.cache.get(PENDING_AT_START)
         super().__init__(ssn, key, ssn.jobs.values() if jobs is None else jobs)
         self._queue_keys: dict[Job, tuple | None] = {}
+        self.version = 0  # counts the updates: what is derived from the pool keeps it
 
     def member(self, job: Job) -> bool:
         return job.queue in self.ssn.queues and job.has_pending()
@@ -56,6 +57,7 @@ class PendingPool(LeafPool):
 
     def update(self, jobs: Iterable[Job]) -> None:
         """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool."""
+        self.version += 1
         for job in dict.fromkeys(jobs):
             self._queue_keys.pop(job, None)
             leaf = job.queue or ""

@@ -17,6 +17,7 @@ import numpy as np
 
 from kai.actions.common import allocate_job, allocate_task
 from kai.actions.solvers.pending import partial_view, simulation_queue
+from kai.actions.solvers.replacement import ReplacementCheck
 from kai.actions.solvers.scenario import COUNT_SLACK, Scenario
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.resources import GPU
@@ -116,6 +117,15 @@ def _least_gpu_need(jobs: list[Job]) -> float:
     return least
 
 
+def _verify(compiled: bool | None, placed: bool, scenario: Scenario) -> None:
+    """Under ``KAI_VERIFY_REPLACEMENT=1``: the compiled re-placement said the same."""
+    if compiled is not None and compiled != placed:
+        raise AssertionError(
+            f"compiled re-placement said the preemptor is {'' if compiled else 'not '}placed, "
+            f"the simulation {'placed' if placed else 'did not place'} it: {scenario!r}"
+        )
+
+
 #: A victim's status once a simulation evicted it and did not place it again.
 _EVICTED = (TaskStatus.RELEASING, TaskStatus.PENDING)
 
@@ -140,6 +150,15 @@ def simulate(
     victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
     view = partial_view(preemptor, scenario.pending)
     queue = simulation_queue(ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
+    # Most simulations fail at the preemptor's turn: the compiled core tells them apart
+    # without the loop below (kai.actions.solvers.replacement).
+    check = ReplacementCheck.for_session(ssn)
+    compiled = None
+    if check is not None:
+        compiled = check.preemptor_placed(queue, victims, view, scenario.pending, within)
+        if compiled is False and not check.verify:
+            stmt.discard()
+            return Simulation(False)
     placed = False
     room = _GpuRoom(ssn, within)
     least = _least_gpu_need(victim_jobs)
@@ -152,10 +171,11 @@ def simulate(
         if job is None:
             break
         if job is view:
-            if not place_tasks(ssn, stmt, job, scenario.pending, within):
+            placed = place_tasks(ssn, stmt, job, scenario.pending, within)
+            _verify(compiled, placed, scenario)
+            if not placed:
                 stmt.discard()
                 return Simulation(False)
-            placed = True
         elif room.may_place(job):
             start = stmt.checkpoint()
             version = ssn.nodes.version
@@ -165,6 +185,7 @@ def simulate(
             ):
                 room.touched({n for op in ops[start:] for n in (op.prev_node, op.task.node)})
     if not placed:
+        _verify(compiled, placed, scenario)
         stmt.discard()
         return Simulation(False)
     # Victims still releasing, and victims this session had placed whose placement the

@@ -1,0 +1,81 @@
+// kai native core: a victim-search simulation's re-placement, up to the preemptor.
+//
+// kai.actions.solvers.simulate evicts a scenario's victims, then re-places the
+// victims' jobs and the preemptor (the part being probed) in queue order, every
+// placement a pipeline; the scenario fails at once if the preemptor cannot be placed
+// whole when its turn comes.  Most simulations of a busy cluster end that way: the
+// victims' queues come first and take their places back.  replace_until_preemptor()
+// runs that re-placement on the node matrices and queue allocations after the
+// evictions, with the same queue order (kai/queue_policy.hpp), the same node choice
+// (select_node), the same statement arithmetic and the same skips, and says whether the
+// preemptor gets placed.  Its own copies change; the caller's arrays are only read.
+//
+// The Python side (kai.actions.solvers.replacement) lays the simulation's queue out
+// in these arrays and takes this path only for what they describe: participants with
+// whole-GPU or no-GPU pods, none placed earlier in the session, and jobs that are not
+// semi-preemptible.
+#pragma once
+
+#include <cstdint>
+
+#include "kai/allocate.hpp"
+#include "kai/queue_policy.hpp"
+
+namespace kai::alloc {
+
+struct Replacement {
+  // ---- nodes (N x R), as the evictions left them
+  const double* idle = nullptr;
+  const double* releasing = nullptr;
+  const double* used = nullptr;
+  const bool* within = nullptr;  // [N]: the nodes the simulation may place on
+  const bool* masks = nullptr;   // [K, P, N]: predicate masks per constraint set
+  i64 P = 0;
+  double count_slack = 0.0;  // kai.actions.solvers.scenario.COUNT_SLACK
+
+  // ---- queues (Q x 3), as the evictions left them
+  i64 Q = 0;
+  QueueRules rules;
+  const double* q_alloc = nullptr;
+  const double* q_alloc_np = nullptr;
+  // The simulation queue's tree: the children of queue q are kids[kid_start[q] ..
+  // kid_start[q + 1]), those of the root at q = Q, in the order the queue met them.
+  const i64* kid_start = nullptr;
+  const i64* kids = nullptr;
+
+  // ---- the pending jobs that are not participants (stand-ins, kai's PendingPool):
+  // per leaf queue q, base entries base_start[q] .. base_start[q + 1] in job order,
+  // each with the request the queue order reads of it; skipped: the participants' own
+  // entries.
+  const i64* base_start = nullptr;     // [Q + 1]
+  const double* base_request = nullptr;  // [B, 3]
+  const bool* base_skipped = nullptr;    // [B]
+
+  // ---- participants: the victims' jobs and the preemptor, per leaf in job order
+  i64 M = 0;
+  i64 preemptor = -1;                // the participant that is the preemptor
+  const i64* own_start = nullptr;    // [Q + 1]: participants of leaf q, in order
+  const i64* own = nullptr;          // participant indices
+  const i64* p_before = nullptr;     // [M]: the base entry it comes before (its leaf's
+                                     // base end: after them all)
+  const double* p_request = nullptr;   // [M, 3]: what the queue order reads of it
+  const i64* p_leaf = nullptr;         // [M]
+  const i64* p_task_start = nullptr;   // [M + 1]: its pods to place, in order
+  const i64* p_np_count = nullptr;     // [M]: how many of them are non-preemptible
+  const bool* p_np_charge = nullptr;   // [M]: its pods charge the non-preemptible use
+  const double* p_gpu_need = nullptr;  // [M]: its largest whole-GPU request
+
+  // ---- the participants' pods
+  const double* t_req = nullptr;        // [T, R]
+  const double* t_qvec = nullptr;       // [T, 3]: what it charges its queue
+  const i64* t_mask = nullptr;          // [T]: its constraint set
+  const i64* t_nominated = nullptr;     // [T]
+  const i64* t_evicted_from = nullptr;  // [T]: the node its eviction left (-1: pending)
+};
+
+/// True when the preemptor is placed whole in its turn (then the caller simulates the
+/// scenario to its end), false when the simulation fails there.  ``picker`` is the
+/// session's one-task input (kai.actions.fast_allocate.NodePicker).
+bool replace_until_preemptor(const Input& picker, const Replacement& sim);
+
+}  // namespace kai::alloc

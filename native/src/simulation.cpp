@@ -1,0 +1,335 @@
+// kai native core: a victim-search simulation's re-placement, up to the preemptor (see
+// kai/simulation.hpp).  Each step mirrors kai.actions.solvers.simulate and the code it
+// calls, named where it happens; the floating-point operations are theirs, in their
+// order (kai.api.model.charge_rows for the node rows, the proportion plugin's charges
+// for the queues).
+#include "kai/simulation.hpp"
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kai/common.hpp"
+
+namespace kai::alloc {
+namespace {
+
+class Replacer {
+ public:
+  Replacer(const Input& picker, const Replacement& s)
+      : s_(s), in_(picker), chooser_(in_), N_(picker.N), R_(picker.R) {
+    const auto nr = static_cast<std::size_t>(N_ * R_);
+    idle_.assign(s.idle, s.idle + nr);
+    rel_.assign(s.releasing, s.releasing + nr);
+    used_.assign(s.used, s.used + nr);
+    const auto q3 = static_cast<std::size_t>(s.Q * 3);
+    alloc_.assign(s.q_alloc, s.q_alloc + q3);
+    alloc_np_.assign(s.q_alloc_np, s.q_alloc_np + q3);
+    base_pos_.assign(s.base_start, s.base_start + s.Q);
+    own_pos_.assign(s.own_start, s.own_start + s.Q);
+    remaining_ = s.M;
+    in_.T = 1;
+    in_.S = 1;
+    in_.P = s.P;
+    in_.within = s.within;
+    in_.task_sig = &zero_;
+  }
+
+  // simulate(): pop the participants in queue order, re-place the victims' jobs, and
+  // stop at the preemptor.
+  bool run() {
+    for (;;) {
+      const i64 m = pop();
+      if (aborted) return true;  // the caller simulates it all
+      if (m < 0) return false;   // the preemptor never came
+      if (m == s_.preemptor) return place_preemptor();
+      if (may_place(m)) allocate_job(m);
+    }
+  }
+
+  // A case the arrays cannot decide (a queue order tie left to queue names).
+  bool aborted = false;
+
+ private:
+  const Replacement& s_;
+  Input in_;  // the one-task input, its task fields set at each pick
+  NodeChooser chooser_;
+  const i64 N_, R_;
+  i64 zero_ = 0;
+  std::vector<double> idle_, rel_, used_, alloc_, alloc_np_;
+  std::vector<i64> base_pos_, own_pos_;
+  i64 remaining_ = 0;
+
+  // ------------------------------------------------------------- the queue's leaves
+  // kai.actions.solvers.pending._Leaf: the next base entry that is not skipped (its
+  // index, or -1), moving the position past the skipped ones.
+  i64 base_head(i64 q) {
+    i64& pos = base_pos_[static_cast<std::size_t>(q)];
+    const i64 end = s_.base_start[q + 1];
+    while (pos < end && s_.base_skipped[pos]) ++pos;
+    return pos < end ? pos : -1;
+  }
+
+  i64 own_head(i64 q) const {
+    const i64 at = own_pos_[static_cast<std::size_t>(q)];
+    return at < s_.own_start[q + 1] ? s_.own[at] : -1;
+  }
+
+  // The head of leaf q: a participant (>= 0), a base entry (-2 - index), or -1.
+  i64 head(i64 q) {
+    const i64 b = base_head(q);
+    const i64 m = own_head(q);
+    if (b < 0) return m;
+    if (m < 0 || b < s_.p_before[m]) return -2 - b;
+    return m;
+  }
+
+  i64 pop_leaf(i64 q) {
+    const i64 h = head(q);
+    if (h >= 0) {
+      own_pos_[static_cast<std::size_t>(q)] += 1;
+    } else if (h < -1) {
+      base_pos_[static_cast<std::size_t>(q)] += 1;
+    }
+    return h;
+  }
+
+  const double* request_of(i64 h) const {
+    return h >= 0 ? s_.p_request + h * 3 : s_.base_request + (-2 - h) * 3;
+  }
+
+  // ------------------------------------------------------------- the queue order
+  // JobQueue._best / _best_among: the best (leaf, head) under queue q.
+  bool best(i64 q, i64* leaf, i64* job) {
+    const i64 h = head(q);
+    if (h != -1) {
+      *leaf = q;
+      *job = h;
+      return true;
+    }
+    return best_among(q, leaf, job);
+  }
+
+  bool best_among(i64 parent, i64* leaf, i64* job) {
+    bool found = false;
+    i64 best_q = -1;
+    for (i64 k = s_.kid_start[parent]; k < s_.kid_start[parent + 1]; ++k) {
+      const i64 c = s_.kids[k];
+      i64 cl, cj;
+      if (!best(c, &cl, &cj)) continue;
+      if (!found || better(c, cj, best_q, *job)) {
+        found = true;
+        best_q = c;
+        *leaf = cl;
+        *job = cj;
+      }
+    }
+    return found;
+  }
+
+  bool better(i64 l, i64 lj, i64 r, i64 rj) {
+    const int order = queue_order(s_.rules, alloc_.data(), l, r, request_of(lj), request_of(rj));
+    if (order == 0) aborted = true;  // Session.queue_order would compare names
+    return order < 0;
+  }
+
+  // SimulationQueue.pop: the next participant (-1: none left).
+  i64 pop() {
+    while (remaining_ > 0 && !aborted) {
+      i64 live = -1, count = 0;
+      for (i64 q = 0; q < s_.Q; ++q) {
+        if (own_head(q) >= 0) {
+          live = q;
+          ++count;
+        }
+      }
+      if (count == 1) {
+        // No other leaf has a participant left: this leaf's come in its own order.
+        const i64 m = own_head(live);
+        own_pos_[static_cast<std::size_t>(live)] += 1;
+        --remaining_;
+        return m;
+      }
+      i64 leaf, job;
+      if (!best_among(s_.Q, &leaf, &job)) return -1;
+      const i64 h = pop_leaf(leaf);
+      if (h >= 0) {
+        --remaining_;
+        return h;
+      }
+      skip_alike(leaf, h);
+    }
+    return -1;
+  }
+
+  // SimulationQueue._skip_alike: the stand-ins after ``skipped`` that ask the same.
+  void skip_alike(i64 q, i64 skipped) {
+    const double* key = request_of(skipped);
+    for (;;) {
+      const i64 h = head(q);
+      if (h >= -1 || std::memcmp(request_of(h), key, 3 * sizeof(double)) != 0) return;
+      pop_leaf(q);
+    }
+  }
+
+  // ------------------------------------------------------------- placements
+  i64 first(i64 m) const { return s_.p_task_start[m]; }
+  i64 last(i64 m) const { return s_.p_task_start[m + 1]; }
+
+  // simulate._GpuRoom.may_place
+  bool may_place(i64 m) {
+    const double need = s_.p_gpu_need[m];
+    if (need <= 0) return true;
+    double most = -std::numeric_limits<double>::infinity();
+    const i64 g = in_.gpu;
+    for (i64 n = 0; n < N_; ++n) {
+      if (!s_.within[n]) continue;
+      const double free = idle_[n * R_ + g] + rel_[n * R_ + g];
+      if (free > most) most = free;
+    }
+    return need <= most + s_.count_slack;
+  }
+
+  // proportion.job_over_capacity of participant m's pods
+  bool over_capacity(i64 m) const {
+    double request[3] = {0.0, 0.0, 0.0}, np_request[3] = {0.0, 0.0, 0.0};
+    const i64 np_end = first(m) + s_.p_np_count[m];
+    for (i64 t = first(m); t < last(m); ++t) {
+      const double* v = s_.t_qvec + t * 3;
+      for (int r = 0; r < 3; ++r) request[r] = request[r] + v[r];
+      if (t < np_end) {
+        for (int r = 0; r < 3; ++r) np_request[r] = np_request[r] + v[r];
+      }
+    }
+    i64 queue;
+    double vec[6];
+    return kai::alloc::over_capacity(s_.rules, alloc_.data(), alloc_np_.data(), s_.p_leaf[m],
+                                     request, s_.p_np_count[m] > 0, np_request, &queue,
+                                     vec) != kFits;
+  }
+
+  // NodePicker.pick: the node for pod t, -1 if none.
+  i64 pick(i64 t) {
+    in_.task_req = s_.t_req + t * R_;
+    in_.pred = s_.masks + s_.t_mask[t] * s_.P * N_;
+    in_.task_nom = s_.t_nominated + t;
+    bool on_idle = false;
+    return chooser_.choose(idle_.data(), rel_.data(), &on_idle);
+  }
+
+  // charge_rows for one node: ``used`` always, then idle / releasing by the kind.
+  enum Rows { kIdle, kReleasing, kPipelined };
+  void rows(i64 n, i64 t, Rows kind, bool add) {
+    const double* r = s_.t_req + t * R_;
+    double* u = used_.data() + n * R_;
+    double* id = idle_.data() + n * R_;
+    double* rl = rel_.data() + n * R_;
+    for (i64 k = 0; k < R_; ++k) {
+      if (add) {
+        u[k] = u[k] + r[k];
+        if (kind == kReleasing) {
+          rl[k] = rl[k] + r[k];
+          id[k] = id[k] - r[k];
+        } else if (kind == kPipelined) {
+          rl[k] = rl[k] - r[k];
+        } else {
+          id[k] = id[k] - r[k];
+        }
+      } else {
+        u[k] = u[k] - r[k];
+        if (kind == kReleasing) {
+          rl[k] = rl[k] - r[k];
+          id[k] = id[k] + r[k];
+        } else if (kind == kPipelined) {
+          rl[k] = rl[k] + r[k];
+        } else {
+          id[k] = id[k] + r[k];
+        }
+      }
+    }
+  }
+
+  // The proportion plugin's _charge of an allocate (add) or deallocate event.
+  void charge(i64 m, i64 t, bool add) {
+    const i64 leaf = s_.p_leaf[m];
+    const i64* p = s_.rules.path_of(leaf);
+    const double* v = s_.t_qvec + t * 3;
+    const bool np = s_.p_np_charge[m];
+    for (i64 k = s_.rules.path_len(leaf) - 1; k >= 0; --k) {
+      double* a = alloc_.data() + p[k] * 3;
+      double* anp = alloc_np_.data() + p[k] * 3;
+      for (int r = 0; r < 3; ++r) {
+        a[r] = add ? a[r] + v[r] : a[r] - v[r];
+        if (np) anp[r] = add ? anp[r] + v[r] : anp[r] - v[r];
+      }
+    }
+  }
+
+  // Statement.pipeline of pod t on node n: a victim put back where it was is
+  // un-evicted (undo of its eviction), one placed elsewhere leaves its old place
+  // releasing (NodeTable.hold), a pending pod is pipelined.
+  void place(i64 m, i64 t, i64 n) {
+    const i64 from = s_.t_evicted_from[t];
+    if (from >= 0) {
+      rows(from, t, kReleasing, false);
+      rows(from, t, from == n ? kIdle : kReleasing, true);
+    }
+    if (from != n) rows(n, t, kPipelined, true);
+    charge(m, t, true);
+  }
+
+  // Statement._undo of place().
+  void unplace(i64 m, i64 t, i64 n) {
+    const i64 from = s_.t_evicted_from[t];
+    if (from == n) {
+      rows(from, t, kIdle, false);
+      rows(from, t, kReleasing, true);
+    } else {
+      rows(n, t, kPipelined, false);
+      if (from >= 0) {
+        rows(from, t, kReleasing, false);
+        rows(from, t, kReleasing, true);
+      }
+    }
+    charge(m, t, false);
+  }
+
+  // kai.actions.common.allocate_job (pipelines only): its pods all, or none.
+  void allocate_job(i64 m) {
+    if (first(m) == last(m) || over_capacity(m)) return;
+    std::vector<i64> nodes;
+    for (i64 t = first(m); t < last(m); ++t) {
+      const i64 n = pick(t);
+      if (n < 0) {
+        for (i64 k = static_cast<i64>(nodes.size()) - 1; k >= 0; --k) {
+          unplace(m, first(m) + k, nodes[static_cast<std::size_t>(k)]);
+        }
+        return;
+      }
+      place(m, t, n);
+      nodes.push_back(n);
+    }
+  }
+
+  // simulate.place_tasks for the preemptor: whole, or the simulation fails.
+  bool place_preemptor() {
+    const i64 m = s_.preemptor;
+    if (over_capacity(m)) return false;
+    for (i64 t = first(m); t < last(m); ++t) {
+      const i64 n = pick(t);
+      if (n < 0) return false;
+      place(m, t, n);
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+bool replace_until_preemptor(const Input& picker, const Replacement& sim) {
+  Replacer replacer(picker, sim);
+  const bool placed = replacer.run();
+  return placed || replacer.aborted;
+}
+
+}  // namespace kai::alloc

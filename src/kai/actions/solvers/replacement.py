@@ -1,0 +1,331 @@
+"""A simulation's re-placement in the compiled core, up to the preemptor.
+
+:func:`kai.actions.solvers.simulate.simulate` evicts a scenario's victims, then
+re-places the victims' jobs and the preemptor in queue order.  On a busy cluster most
+simulations fail where the preemptor's turn comes: the victims' queues, below their
+fair share once their pods are evicted, come first and take their places back.  The
+compiled core (``kai/simulation.hpp``) runs that re-placement on copies of the node
+matrices and queue allocations, with the same queue order, node choice, statement
+arithmetic and skips, and says whether the preemptor is placed whole.  When it is not,
+the simulation has failed and the Python loop is not run; when it is, the Python loop
+runs the scenario to its end (the statement, the validator).
+
+:class:`ReplacementCheck` lays the simulation queue out in arrays for it, for what the
+compiled re-placement takes: the session's compiled node picker and proportion's queue
+order alone, no pre-predicate, and participants whose pods ask for whole GPUs (or none),
+none placed earlier in the session, of jobs that are not semi-preemptible.  Anything
+else is simulated in Python, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kai.actions.fast_allocate import NodePicker
+from kai.actions.solvers.pending import PendingPool, SimulationQueue
+from kai.actions.solvers.scenario import COUNT_SLACK
+from kai.api.model import Job, Task, TaskStatus
+from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
+from kai.api.resources import GPU
+from kai.framework.session import Session, tasks_to_allocate
+from kai.plugins.proportion import QUEUE_COLUMNS, ProportionPlugin
+
+#: Where a session keeps its check (``ssn.cache``).
+CHECK_KEY = "solver.replacement_check"
+
+#: Set to 1 to run the Python loop after the compiled one too and compare (tests).
+VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
+
+#: The check pays only where simulations fail at the preemptor: where it keeps saying
+#: "placed" the Python loop runs anyway.  After this many such verdicts in a row a
+#: session asks it only once per ``PROBE_EVERY`` simulations, until it says "not placed"
+#: again.  (What it says is the simulation's outcome either way: this changes speed.)
+PLACED_IN_A_ROW = 4
+PROBE_EVERY = 64
+
+
+@dataclass
+class ReplacementArrays:
+    """The arrays of kai/simulation.hpp's ``Replacement``, by the same names."""
+
+    idle: np.ndarray  # [N, R], as the evictions left them
+    releasing: np.ndarray
+    used: np.ndarray
+    within: np.ndarray  # [N] bool
+    masks: np.ndarray  # [K, P, N] bool: predicate masks per constraint set
+    predicates: int  # P
+    count_slack: float
+    q_alloc: np.ndarray  # [Q, 3]
+    q_alloc_np: np.ndarray
+    q_deserved: np.ndarray
+    q_limit: np.ndarray
+    q_fair: np.ndarray
+    q_allocatable: np.ndarray
+    q_priority: np.ndarray  # [Q]
+    q_rank: np.ndarray
+    total: np.ndarray  # [3]
+    q_path_start: np.ndarray  # [Q + 1]
+    q_path: np.ndarray
+    kid_start: np.ndarray  # [Q + 2]: the children of queue q (of the root at q = Q)
+    kids: np.ndarray
+    base_start: np.ndarray  # [Q + 1]: the stand-ins of each leaf, in job order
+    base_request: np.ndarray  # [B, 3]
+    base_skipped: np.ndarray  # [B] bool: the participants' own entries
+    preemptor: int
+    own_start: np.ndarray  # [Q + 1]: the participants of each leaf, in order
+    own: np.ndarray
+    p_before: np.ndarray  # [M]: the stand-in it comes before
+    p_request: np.ndarray  # [M, 3]
+    p_leaf: np.ndarray
+    p_task_start: np.ndarray  # [M + 1]
+    p_np_count: np.ndarray
+    p_np_charge: np.ndarray  # [M] bool
+    p_gpu_need: np.ndarray
+    t_req: np.ndarray  # [T, R]
+    t_qvec: np.ndarray  # [T, 3]
+    t_mask: np.ndarray  # [T]
+    t_nominated: np.ndarray
+    t_evicted_from: np.ndarray
+
+
+class _Unsupported(Exception):
+    """A participant the compiled re-placement does not take."""
+
+
+@dataclass
+class _Base:
+    """The pool's stand-ins as arrays, for one version of the pool."""
+
+    version: int
+    start: np.ndarray
+    request: np.ndarray
+    index: dict[Job, int]
+
+
+class ReplacementCheck:
+    """The compiled re-placement for one session's simulations."""
+
+    def __init__(self, ssn: Session, picker: NodePicker, proportion: ProportionPlugin) -> None:
+        self.ssn = ssn
+        self.picker = picker
+        self.proportion = proportion
+        queues = proportion.kernel_form(ssn)
+        assert queues is not None  # _make looked
+        self.names: list[str] = queues.names
+        self.index = {name: q for q, name in enumerate(self.names)}
+        self.queues = queues
+        self.shares = [proportion.shares[name] for name in self.names]
+        self._base: _Base | None = None
+        self.verify = os.environ.get(VERIFY_ENV) == "1"
+        self._placed_in_a_row = 0
+        self._passed = 0
+
+    @classmethod
+    def for_session(cls, ssn: Session) -> ReplacementCheck | None:
+        found = ssn.cache.get(CHECK_KEY)
+        if found is None:
+            # False: the session was looked at and the compiled re-placement is out.
+            found = ssn.cache[CHECK_KEY] = cls._make(ssn) or False
+        return found if isinstance(found, ReplacementCheck) else None
+
+    @classmethod
+    def _make(cls, ssn: Session) -> ReplacementCheck | None:
+        picker = NodePicker.for_session(ssn)
+        if picker is None or ssn.registered("pre_predicate"):
+            return None
+        orders = ssn.registered("queue_order")
+        capacity = ssn.registered("job_over_capacity")
+        if len(orders) != 1 or orders[0].plugin != "proportion":
+            return None
+        if not capacity or capacity[0].plugin != "proportion":
+            return None
+        proportion = next((p for p in ssn.plugins if isinstance(p, ProportionPlugin)), None)
+        if proportion is None or proportion.kernel_form(ssn) is None:
+            return None
+        return cls(ssn, picker, proportion)
+
+    # ------------------------------------------------------------------ the check
+    def preemptor_placed(
+        self,
+        queue: Any,
+        victims: list[Task],
+        view: Job,
+        pending: list[Task],
+        within: np.ndarray,
+    ) -> bool | None:
+        """Whether the simulation that ``queue`` re-places (``victims`` evicted) places
+        the ``pending`` tasks of ``view`` (the preemptor's participant) whole in their
+        turn; None when the compiled re-placement does not take it."""
+        if not isinstance(queue, SimulationQueue):
+            return None
+        if self._placed_in_a_row >= PLACED_IN_A_ROW and not self.verify:
+            self._passed += 1
+            if self._passed % PROBE_EVERY:
+                return None
+        try:
+            arrays = self._arrays(queue, set(victims), view, pending, within)
+        except _Unsupported:
+            return None
+        placed = bool(self.picker.native.replace_until_preemptor(arrays))
+        self._placed_in_a_row = self._placed_in_a_row + 1 if placed else 0
+        return placed
+
+    def _base_of(self, pool: PendingPool) -> _Base:
+        base = self._base
+        if base is not None and base.version == pool.version:
+            return base
+        start = [0]
+        requests: list[np.ndarray] = []
+        index: dict[Job, int] = {}
+        job_request = self.proportion.job_request
+        for name in self.names:
+            for _key, _seq, job in pool.leaves.get(name, ()):
+                index[job] = len(requests)
+                requests.append(job_request(job))
+            start.append(len(requests))
+        request = np.array(requests, dtype=np.float64).reshape(len(requests), 3)
+        base = self._base = _Base(pool.version, np.array(start, dtype=np.int64), request, index)
+        return base
+
+    def _arrays(
+        self,
+        queue: SimulationQueue,
+        victims: set[Task],
+        view: Job,
+        pending: list[Task],
+        within: np.ndarray,
+    ) -> ReplacementArrays:
+        ssn, nodes, index = self.ssn, self.ssn.nodes, self.index
+        if any(name not in index for name in queue.leaves):
+            raise _Unsupported
+        pool = queue.pool
+        base = self._base_of(pool)
+        skipped = np.zeros(len(base.request), dtype=np.bool_)
+        for leaf in queue.leaves.values():
+            for job in leaf.skip:
+                at = base.index.get(job)
+                if at is not None:
+                    skipped[at] = True
+            break  # every leaf skips the same jobs
+        # The tree as the queue met it.
+        kid_start, kids = [0], []
+        for parent in [*self.names, None]:
+            for name in queue.children.get(parent, ()):
+                q = index.get(name)
+                if q is None:
+                    raise _Unsupported
+                kids.append(q)
+            kid_start.append(len(kids))
+        # Participants, leaf by leaf in queue order, and their pods.
+        own_start, own, before = [0], [], []
+        p_leaf: list[int] = []
+        p_request: list[np.ndarray] = []
+        task_start, np_count, np_charge = [0], [], []
+        gpu_need: list[float] = []
+        rows: list[np.ndarray] = []
+        t_mask: list[int] = []
+        t_nominated: list[int] = []
+        t_evicted: list[int] = []
+        masks: dict[int, tuple[int, np.ndarray]] = {}
+        job_request = self.proportion.job_request
+        picker = self.picker
+        preemptor_at = -1
+        for q, name in enumerate(self.names):
+            found = queue.leaves.get(name)
+            entries = found.own if found is not None else []
+            stand_ins = pool.leaves.get(name, [])
+            for key, seq, job in entries:
+                m = len(p_leaf)
+                own.append(m)
+                before.append(int(base.start[q]) + bisect_left(stand_ins, (key, seq)))
+                p_request.append(job_request(job))
+                p_leaf.append(q)
+                if job.preemptibility == SEMI_PREEMPTIBLE:
+                    raise _Unsupported
+                if job is view:
+                    preemptor_at = m
+                    tasks = pending
+                else:
+                    tasks = tasks_to_allocate(ssn, job)
+                np_count.append(len(non_preemptible_part(job, tasks)))
+                np_charge.append(not job.preemptible)
+                need = 0.0
+                for task in tasks:
+                    if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+                        raise _Unsupported
+                    if task in nodes.vacated or task in nodes.held:
+                        raise _Unsupported
+                    if task.status is TaskStatus.PENDING:
+                        t_evicted.append(-1)
+                    elif (
+                        task.status is TaskStatus.RELEASING
+                        and task.virtually_evicted
+                        and task in victims
+                    ):
+                        t_evicted.append(task.node)
+                    else:
+                        raise _Unsupported
+                    mask = picker.constraint_masks(task, job)
+                    if mask is None:
+                        raise _Unsupported
+                    slot = masks.setdefault(id(mask), (len(masks), mask))
+                    t_mask.append(slot[0])
+                    nominated = task.pod.nominated_node_name
+                    t_nominated.append(nodes.index.get(nominated, -1) if nominated else -1)
+                    rows.append(task.request)
+                    need = max(need, float(task.request[GPU]))
+                gpu_need.append(need)
+                task_start.append(len(rows))
+            own_start.append(len(own))
+        if preemptor_at < 0:
+            raise _Unsupported
+        n_res = nodes.idle.shape[1]
+        t_req = np.array(rows, dtype=np.float64).reshape(len(rows), n_res)
+        stacked = [mask for _, mask in sorted(masks.values(), key=lambda slot: slot[0])]
+        shares = self.shares
+        kernel = self.queues
+        return ReplacementArrays(
+            idle=nodes.idle,
+            releasing=nodes.releasing,
+            used=nodes.used,
+            within=within,
+            masks=np.array(stacked, dtype=np.bool_),
+            predicates=len(picker.predicates),
+            count_slack=COUNT_SLACK,
+            q_alloc=np.array([s.allocated for s in shares], dtype=np.float64),
+            q_alloc_np=np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64),
+            q_deserved=kernel.deserved,
+            q_limit=kernel.limit,
+            q_fair=kernel.fair_share,
+            q_allocatable=kernel.allocatable,
+            q_priority=kernel.priority,
+            q_rank=kernel.rank,
+            total=kernel.total,
+            q_path_start=kernel.path_start,
+            q_path=kernel.path,
+            kid_start=np.array(kid_start, dtype=np.int64),
+            kids=np.array(kids, dtype=np.int64),
+            base_start=base.start,
+            base_request=base.request,
+            base_skipped=skipped,
+            preemptor=preemptor_at,
+            own_start=np.array(own_start, dtype=np.int64),
+            own=np.array(own, dtype=np.int64),
+            p_before=np.array(before, dtype=np.int64),
+            p_request=np.array(p_request, dtype=np.float64).reshape(len(p_leaf), 3),
+            p_leaf=np.array(p_leaf, dtype=np.int64),
+            p_task_start=np.array(task_start, dtype=np.int64),
+            p_np_count=np.array(np_count, dtype=np.int64),
+            p_np_charge=np.array(np_charge, dtype=np.bool_),
+            p_gpu_need=np.array(gpu_need, dtype=np.float64),
+            t_req=t_req,
+            t_qvec=np.ascontiguousarray(t_req[:, QUEUE_COLUMNS]),
+            t_mask=np.array(t_mask, dtype=np.int64),
+            t_nominated=np.array(t_nominated, dtype=np.int64),
+            t_evicted_from=np.array(t_evicted, dtype=np.int64),
+        )

@@ -1,0 +1,115 @@
+"""The compiled re-placement of victim-search simulations (kai.actions.solvers.replacement)
+decides as the Python simulation does.
+
+Every simulation it takes is run in Python too (``KAI_VERIFY_REPLACEMENT=1``), which
+fails on the first verdict that differs; and whole sessions decide the same with and
+without it.  The clusters are generated with fixed seeds: contested queues, gangs,
+elastic and non-preemptible jobs, so that reclaim, preempt and consolidation simulate
+scenarios that fail at the preemptor and scenarios that place it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import kai.bench as bench
+from kai.actions.solvers.replacement import VERIFY_ENV, ReplacementCheck
+from kai.bench_clusters import NOW, random_cluster
+from kai.engine import Snapshot, run_session
+
+pytest.importorskip("kai._native")
+
+SEEDS = range(40)
+ACTIONS = ["allocate", "consolidation", "reclaim", "preempt", "backfill"]
+SCENARIOS = [
+    ("reclaim-storm", "small"),
+    ("preempt-storm", "small"),
+    ("kai-reclaim-many-single", "small"),
+    ("kai-consolidation", "small"),
+]
+
+
+@pytest.fixture
+def verdicts(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """The compiled verdicts given, counted."""
+    counts: Counter = Counter()
+    original = ReplacementCheck.preemptor_placed
+
+    def counted(self, *args):
+        verdict = original(self, *args)
+        counts[verdict] += 1
+        return verdict
+
+    monkeypatch.setattr(ReplacementCheck, "preemptor_placed", counted)
+    return counts
+
+
+def _session(snapshot: Snapshot, **kw) -> dict:
+    return run_session(snapshot, now=NOW, backend="native", **kw).to_json(explain=True)
+
+
+def _without_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ReplacementCheck, "for_session", classmethod(lambda cls, ssn: None))
+
+
+def _random(seed: int) -> Snapshot:
+    builder = random_cluster(seed, nodes=6 + seed % 5, jobs=30 + seed)
+    return Snapshot.from_objects(builder.dicts())
+
+
+def test_every_verdict_is_the_simulations(monkeypatch, verdicts) -> None:
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    for seed in SEEDS:
+        _session(_random(seed), actions=ACTIONS)  # raises on a verdict that differs
+    # Both verdicts were given, and checked: the clusters exercise it.
+    assert verdicts[False] > 0 and verdicts[True] > 0, verdicts
+
+
+@pytest.mark.parametrize("seed", SEEDS[::4])
+def test_sessions_decide_the_same_without_it(seed: int, monkeypatch) -> None:
+    compiled = _session(_random(seed), actions=ACTIONS)
+    _without_compiled(monkeypatch)
+    assert _session(_random(seed), actions=ACTIONS) == compiled
+
+
+@pytest.mark.parametrize(("name", "size"), SCENARIOS)
+def test_bench_scenarios_decide_the_same(name: str, size: str, monkeypatch, verdicts) -> None:
+    scenario = bench.SCENARIOS[name]
+    config = bench.scenario_config(scenario)
+
+    def session() -> dict:
+        snapshot = Snapshot(scenario.build(scenario.sizes[size]).objects())
+        return _session(snapshot, config=config, actions=scenario.actions)
+
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    compiled = session()
+    _without_compiled(monkeypatch)
+    assert session() == compiled
+    assert sum(verdicts.values()) > 0
+
+
+def test_bad_arrays_are_refused(monkeypatch) -> None:
+    """The binding checks the indices the kernel trusts."""
+    captured: list = []
+    original = ReplacementCheck._arrays
+
+    def capture(self, *args):
+        arrays = original(self, *args)
+        captured.append((self.picker.native, arrays))
+        return arrays
+
+    monkeypatch.setattr(ReplacementCheck, "_arrays", capture)
+    for seed in SEEDS:
+        _session(_random(seed), actions=ACTIONS)
+        if captured:
+            break
+    native, arrays = captured[0]
+    arrays.t_evicted_from = np.full_like(arrays.t_evicted_from, len(arrays.within))
+    with pytest.raises(ValueError, match="t_evicted_from out of range"):
+        native.replace_until_preemptor(arrays)
+    arrays.t_evicted_from = arrays.t_evicted_from[:0]
+    with pytest.raises(ValueError, match="t_evicted_from: expected"):
+        native.replace_until_preemptor(arrays)
