@@ -450,6 +450,11 @@ class NodePicker {
     const F64 t_req = sized<F64>(sim, "t_req", T * R), t_qvec = sized<F64>(sim, "t_qvec", T * 3);
     const I64 t_nominated = sized<I64>(sim, "t_nominated", T),
               t_evicted_from = sized<I64>(sim, "t_evicted_from", T);
+    const I64 v_node = py::cast<I64>(sim.attr("v_node"));
+    const auto V = static_cast<std::size_t>(v_node.size());
+    const F64 v_req = sized<F64>(sim, "v_req", V * R), v_qvec = sized<F64>(sim, "v_qvec", V * 3);
+    const I64 v_leaf = sized<I64>(sim, "v_leaf", V);
+    const Bool v_np = sized<Bool>(sim, "v_np", V);
     r.preemptor = py::cast<i64>(sim.attr("preemptor"));
     // Indices are checked here: the kernel trusts them.
     const auto q = static_cast<i64>(Q), n = static_cast<i64>(N);
@@ -466,6 +471,8 @@ class NodePicker {
     in_range(t_mask, 0, K, "t_mask");
     in_range(t_nominated, -1, n, "t_nominated");
     in_range(t_evicted_from, -1, n, "t_evicted_from");
+    in_range(v_node, 0, n, "v_node");
+    in_range(v_leaf, 0, q, "v_leaf");
     if (r.preemptor < 0 || r.preemptor >= static_cast<i64>(M)) {
       throw py::value_error("replace_until_preemptor: preemptor");
     }
@@ -505,6 +512,12 @@ class NodePicker {
     r.t_mask = t_mask.data();
     r.t_nominated = t_nominated.data();
     r.t_evicted_from = t_evicted_from.data();
+    r.V = static_cast<i64>(V);
+    r.v_req = v_req.data();
+    r.v_qvec = v_qvec.data();
+    r.v_node = v_node.data();
+    r.v_leaf = v_leaf.data();
+    r.v_np = v_np.data();
     py::gil_scoped_release release;
     return kai::alloc::replace_until_preemptor(in_, r);
   }

@@ -33,6 +33,7 @@ class Replacer {
     in_.P = s.P;
     in_.within = s.within;
     in_.task_sig = &zero_;
+    evict();
   }
 
   // simulate(): pop the participants in queue order, re-place the victims' jobs, and
@@ -59,6 +60,18 @@ class Replacer {
   std::vector<double> idle_, rel_, used_, alloc_, alloc_np_;
   std::vector<i64> base_pos_, own_pos_;
   i64 remaining_ = 0;
+
+  // Statement.evict of each victim (running or bound: on idle capacity), in order: its
+  // request releasing on its node, its queue's allocation down.
+  void evict() {
+    for (i64 v = 0; v < s_.V; ++v) {
+      const double* r = s_.v_req + v * R_;
+      const i64 n = s_.v_node[v];
+      rows(n, r, kIdle, false);
+      rows(n, r, kReleasing, true);
+      charge(s_.v_leaf[v], s_.v_qvec + v * 3, s_.v_np[v], false);
+    }
+  }
 
   // ------------------------------------------------------------- the queue's leaves
   // kai.actions.solvers.pending._Leaf: the next base entry that is not skipped (its
@@ -219,8 +232,8 @@ class Replacer {
 
   // charge_rows for one node: ``used`` always, then idle / releasing by the kind.
   enum Rows { kIdle, kReleasing, kPipelined };
-  void rows(i64 n, i64 t, Rows kind, bool add) {
-    const double* r = s_.t_req + t * R_;
+  void rows(i64 n, i64 t, Rows kind, bool add) { rows(n, s_.t_req + t * R_, kind, add); }
+  void rows(i64 n, const double* r, Rows kind, bool add) {
     double* u = used_.data() + n * R_;
     double* id = idle_.data() + n * R_;
     double* rl = rel_.data() + n * R_;
@@ -251,10 +264,10 @@ class Replacer {
 
   // The proportion plugin's _charge of an allocate (add) or deallocate event.
   void charge(i64 m, i64 t, bool add) {
-    const i64 leaf = s_.p_leaf[m];
+    charge(s_.p_leaf[m], s_.t_qvec + t * 3, s_.p_np_charge[m], add);
+  }
+  void charge(i64 leaf, const double* v, bool np, bool add) {
     const i64* p = s_.rules.path_of(leaf);
-    const double* v = s_.t_qvec + t * 3;
-    const bool np = s_.p_np_charge[m];
     for (i64 k = s_.rules.path_len(leaf) - 1; k >= 0; --k) {
       double* a = alloc_.data() + p[k] * 3;
       double* anp = alloc_np_.data() + p[k] * 3;

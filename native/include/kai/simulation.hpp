@@ -5,10 +5,10 @@
 // placement a pipeline; the scenario fails at once if the preemptor cannot be placed
 // whole when its turn comes.  Most simulations of a busy cluster end that way: the
 // victims' queues come first and take their places back.  replace_until_preemptor()
-// runs that re-placement on the node matrices and queue allocations after the
-// evictions, with the same queue order (kai/queue_policy.hpp), the same node choice
+// evicts the victims and runs that re-placement on copies of the node matrices and queue
+// allocations, with the same queue order (kai/queue_policy.hpp), the same node choice
 // (select_node), the same statement arithmetic and the same skips, and says whether the
-// preemptor gets placed.  Its own copies change; the caller's arrays are only read.
+// preemptor gets placed.  The caller's arrays are only read.
 //
 // The Python side (kai.actions.solvers.replacement) lays the simulation's queue out
 // in these arrays and takes this path only for what they describe: participants with
@@ -24,7 +24,7 @@
 namespace kai::alloc {
 
 struct Replacement {
-  // ---- nodes (N x R), as the evictions left them
+  // ---- nodes (N x R), before the evictions
   const double* idle = nullptr;
   const double* releasing = nullptr;
   const double* used = nullptr;
@@ -33,7 +33,7 @@ struct Replacement {
   i64 P = 0;
   double count_slack = 0.0;  // kai.actions.solvers.scenario.COUNT_SLACK
 
-  // ---- queues (Q x 3), as the evictions left them
+  // ---- queues (Q x 3), before the evictions
   i64 Q = 0;
   QueueRules rules;
   const double* q_alloc = nullptr;
@@ -64,6 +64,14 @@ struct Replacement {
   const i64* p_np_count = nullptr;     // [M]: how many of them are non-preemptible
   const bool* p_np_charge = nullptr;   // [M]: its pods charge the non-preemptible use
   const double* p_gpu_need = nullptr;  // [M]: its largest whole-GPU request
+
+  // ---- the victims, evicted first in this order (Statement.evict)
+  i64 V = 0;
+  const double* v_req = nullptr;   // [V, R]
+  const double* v_qvec = nullptr;  // [V, 3]
+  const i64* v_node = nullptr;     // [V]
+  const i64* v_leaf = nullptr;     // [V]: its job's leaf queue
+  const bool* v_np = nullptr;      // [V]: its job is non-preemptible
 
   // ---- the participants' pods
   const double* t_req = nullptr;        // [T, R]

@@ -22,18 +22,25 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from kai.actions.fast_allocate import NodePicker
-from kai.actions.solvers.pending import PendingPool, SimulationQueue
+from kai.actions.solvers.pending import (
+    PendingPool,
+    SimulationQueue,
+    partial_view,
+    simulation_queue,
+)
 from kai.actions.solvers.scenario import COUNT_SLACK
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
 from kai.plugins.proportion import QUEUE_COLUMNS, ProportionPlugin
+
+#: The victims the core evicts: pods running or bound before the session.
+_BOUND_BEFORE = (TaskStatus.RUNNING, TaskStatus.BOUND)
 
 #: Where a session keeps its check (``ssn.cache``).
 CHECK_KEY = "solver.replacement_check"
@@ -53,14 +60,14 @@ PROBE_EVERY = 64
 class ReplacementArrays:
     """The arrays of kai/simulation.hpp's ``Replacement``, by the same names."""
 
-    idle: np.ndarray  # [N, R], as the evictions left them
+    idle: np.ndarray  # [N, R], before the evictions
     releasing: np.ndarray
     used: np.ndarray
     within: np.ndarray  # [N] bool
     masks: np.ndarray  # [K, P, N] bool: predicate masks per constraint set
     predicates: int  # P
     count_slack: float
-    q_alloc: np.ndarray  # [Q, 3]
+    q_alloc: np.ndarray  # [Q, 3], before the evictions
     q_alloc_np: np.ndarray
     q_deserved: np.ndarray
     q_limit: np.ndarray
@@ -91,6 +98,11 @@ class ReplacementArrays:
     t_mask: np.ndarray  # [T]
     t_nominated: np.ndarray
     t_evicted_from: np.ndarray
+    v_req: np.ndarray | None = None  # [V, R]: the victims, evicted in this order
+    v_qvec: np.ndarray | None = None  # [V, 3]
+    v_node: np.ndarray | None = None
+    v_leaf: np.ndarray | None = None
+    v_np: np.ndarray | None = None  # [V] bool: the victim's job is non-preemptible
 
 
 class _Unsupported(Exception):
@@ -101,6 +113,7 @@ class _Unsupported(Exception):
 class _Base:
     """The pool's stand-ins as arrays, for one version of the pool."""
 
+    pool: PendingPool
     version: int
     start: np.ndarray
     request: np.ndarray
@@ -152,32 +165,89 @@ class ReplacementCheck:
     # ------------------------------------------------------------------ the check
     def preemptor_placed(
         self,
-        queue: Any,
         victims: list[Task],
-        view: Job,
+        victim_jobs: list[Job],
+        preemptor: Job,
         pending: list[Task],
         within: np.ndarray,
     ) -> bool | None:
-        """Whether the simulation that ``queue`` re-places (``victims`` evicted) places
-        the ``pending`` tasks of ``view`` (the preemptor's participant) whole in their
-        turn; None when the compiled re-placement does not take it."""
-        if not isinstance(queue, SimulationQueue):
-            return None
+        """Whether a simulation that evicts ``victims`` (of ``victim_jobs``) places the
+        ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``;
+        None when the compiled re-placement does not take it.  The session is only read.
+        """
         if self._placed_in_a_row >= PLACED_IN_A_ROW and not self.verify:
             self._passed += 1
             if self._passed % PROBE_EVERY:
                 return None
         try:
-            arrays = self._arrays(queue, set(victims), view, pending, within)
+            evicted = self._victims(victims)
+            arrays = self._as_evicted(victims, victim_jobs, preemptor, pending, within)
         except _Unsupported:
             return None
+        arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
         placed = bool(self.picker.native.replace_until_preemptor(arrays))
         self._placed_in_a_row = self._placed_in_a_row + 1 if placed else 0
         return placed
 
+    def _victims(self, victims: list[Task]) -> tuple[np.ndarray, ...]:
+        """The victims' arrays: pods running or bound before the session (an eviction
+        that only releases their place), of jobs that are not semi-preemptible."""
+        nodes, index = self.ssn.nodes, self.index
+        leaves, np_flags = [], []
+        for task in victims:
+            job = task.job
+            if (
+                task.status not in _BOUND_BEFORE
+                or task.virtually_evicted
+                or task.node < 0
+                or task.gpu_fraction > 0
+                or task.gpu_memory_mib > 0
+                or task in nodes.held
+                or task in nodes.vacated
+                or job.preemptibility == SEMI_PREEMPTIBLE
+                or job.queue not in index
+            ):
+                raise _Unsupported
+            leaves.append(index[job.queue])
+            np_flags.append(not job.preemptible)
+        req = np.array([t.request for t in victims], dtype=np.float64)
+        return (
+            req,
+            np.ascontiguousarray(req[:, QUEUE_COLUMNS]),
+            np.array([t.node for t in victims], dtype=np.int64),
+            np.array(leaves, dtype=np.int64),
+            np.array(np_flags, dtype=np.bool_),
+        )
+
+    def _as_evicted(
+        self,
+        victims: list[Task],
+        victim_jobs: list[Job],
+        preemptor: Job,
+        pending: list[Task],
+        within: np.ndarray,
+    ) -> ReplacementArrays:
+        """The simulation's queue and participants as the evictions make them: the
+        victims' statuses are set as an eviction sets them while the queue is laid out,
+        then put back (the node rows and queue allocations are evicted in the core)."""
+        before = [(t, t.status, t.virtually_evicted) for t in victims]
+        try:
+            for task in victims:
+                task.status = TaskStatus.RELEASING
+                task.virtually_evicted = True
+            view = partial_view(preemptor, pending)
+            queue = simulation_queue(self.ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
+            if not isinstance(queue, SimulationQueue):
+                raise _Unsupported
+            return self._arrays(queue, set(victims), view, pending, within)
+        finally:
+            for task, status, virtual in before:
+                task.status = status
+                task.virtually_evicted = virtual
+
     def _base_of(self, pool: PendingPool) -> _Base:
         base = self._base
-        if base is not None and base.version == pool.version:
+        if base is not None and base.pool is pool and base.version == pool.version:
             return base
         start = [0]
         requests: list[np.ndarray] = []
@@ -189,7 +259,8 @@ class ReplacementCheck:
                 requests.append(job_request(job))
             start.append(len(requests))
         request = np.array(requests, dtype=np.float64).reshape(len(requests), 3)
-        base = self._base = _Base(pool.version, np.array(start, dtype=np.int64), request, index)
+        start_at = np.array(start, dtype=np.int64)
+        base = self._base = _Base(pool, pool.version, start_at, request, index)
         return base
 
     def _arrays(

@@ -141,24 +141,23 @@ def simulate(
     if not victims:
         return Simulation(False)
     preemptor = scenario.preemptor
-    stmt = ssn.statement()
-    reason = eviction_reason(action, preemptor)
     within = feasible.copy()
-    for task in victims:
-        within[task.node] = True
-        stmt.evict(task, reason)
+    within[[task.node for task in victims]] = True
     victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
-    view = partial_view(preemptor, scenario.pending)
-    queue = simulation_queue(ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
     # Most simulations fail at the preemptor's turn: the compiled core tells them apart
-    # without the loop below (kai.actions.solvers.replacement).
+    # without the statement and the loop below (kai.actions.solvers.replacement).
     check = ReplacementCheck.for_session(ssn)
     compiled = None
     if check is not None:
-        compiled = check.preemptor_placed(queue, victims, view, scenario.pending, within)
+        compiled = check.preemptor_placed(victims, victim_jobs, preemptor, scenario.pending, within)
         if compiled is False and not check.verify:
-            stmt.discard()
             return Simulation(False)
+    stmt = ssn.statement()
+    reason = eviction_reason(action, preemptor)
+    for task in victims:
+        stmt.evict(task, reason)
+    view = partial_view(preemptor, scenario.pending)
+    queue = simulation_queue(ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
     placed = False
     room = _GpuRoom(ssn, within)
     least = _least_gpu_need(victim_jobs)
