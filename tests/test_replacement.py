@@ -113,3 +113,33 @@ def test_bad_arrays_are_refused(monkeypatch) -> None:
     arrays.t_evicted_from = arrays.t_evicted_from[:0]
     with pytest.raises(ValueError, match="t_evicted_from: expected"):
         native.replace_until_preemptor(arrays)
+
+
+def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -> None:
+    """Contested clusters (tests/test_eviction_properties.py): allocate binds pods that
+    reclaim and preempt then pick as victims; the compiled re-placement evicts them to
+    pending and puts them back on their vacated places as the statement does."""
+    from hypothesis import given
+
+    from tests._kai_cluster import run
+    from tests.test_eviction_properties import SETTINGS, clusters
+
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    bound_in_session: list[int] = []
+    original = ReplacementCheck._victims
+
+    def counted(self, victims):
+        arrays = original(self, victims)
+        bound_in_session.append(sum(t.status.name == "BINDING" for t in victims))
+        return arrays
+
+    monkeypatch.setattr(ReplacementCheck, "_victims", counted)
+
+    @SETTINGS
+    @given(clusters(contested=True))
+    def check(case) -> None:
+        snap, _ = case
+        run(snap, ["allocate", "reclaim", "preempt"])  # raises on a verdict that differs
+
+    check()
+    assert sum(bound_in_session) > 0, (bound_in_session, verdicts)  # each one verified

@@ -449,7 +449,8 @@ class NodePicker {
     const auto T = static_cast<std::size_t>(t_mask.size());
     const F64 t_req = sized<F64>(sim, "t_req", T * R), t_qvec = sized<F64>(sim, "t_qvec", T * 3);
     const I64 t_nominated = sized<I64>(sim, "t_nominated", T),
-              t_evicted_from = sized<I64>(sim, "t_evicted_from", T);
+              t_evicted_from = sized<I64>(sim, "t_evicted_from", T),
+              t_vacated_at = sized<I64>(sim, "t_vacated_at", T);
     const I64 v_node = py::cast<I64>(sim.attr("v_node"));
     const auto V = static_cast<std::size_t>(v_node.size());
     const F64 v_req = sized<F64>(sim, "v_req", V * R), v_qvec = sized<F64>(sim, "v_qvec", V * 3);
@@ -471,6 +472,7 @@ class NodePicker {
     in_range(t_mask, 0, K, "t_mask");
     in_range(t_nominated, -1, n, "t_nominated");
     in_range(t_evicted_from, -1, n, "t_evicted_from");
+    in_range(t_vacated_at, -1, n, "t_vacated_at");
     in_range(v_node, 0, n, "v_node");
     in_range(v_leaf, 0, q, "v_leaf");
     if (r.preemptor < 0 || r.preemptor >= static_cast<i64>(M)) {
@@ -512,6 +514,7 @@ class NodePicker {
     r.t_mask = t_mask.data();
     r.t_nominated = t_nominated.data();
     r.t_evicted_from = t_evicted_from.data();
+    r.t_vacated_at = t_vacated_at.data();
     r.V = static_cast<i64>(V);
     r.v_req = v_req.data();
     r.v_qvec = v_qvec.data();

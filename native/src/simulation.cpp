@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kai/common.hpp"
@@ -278,10 +279,39 @@ class Replacer {
     }
   }
 
+  // How place() put a pod that the session had placed (and the simulation evicted)
+  // back on the node it left: its placement restored, or (the node could no longer
+  // hold it) pipelined onto its vacated place.
+  enum Placed : i64 { kPlain = 0, kRestored = 1, kRetook = 2 };
+
+  // Statement._restore_unplaced's check: the node holds more than it has.
+  bool overcommitted(i64 n) const {
+    const double* id = idle_.data() + n * R_;
+    const double* rl = rel_.data() + n * R_;
+    for (i64 k = 0; k < R_; ++k) {
+      if (id[k] + rl[k] < -EPS || id[k] < -EPS) return true;
+    }
+    return false;
+  }
+
   // Statement.pipeline of pod t on node n: a victim put back where it was is
   // un-evicted (undo of its eviction), one placed elsewhere leaves its old place
-  // releasing (NodeTable.hold), a pending pod is pipelined.
-  void place(i64 m, i64 t, i64 n) {
+  // releasing (NodeTable.hold), a pending pod is pipelined.  A pod the session had
+  // bound, back on its node, gets its placement back (Statement._restore_unplaced).
+  i64 place(i64 m, i64 t, i64 n) {
+    if (s_.t_vacated_at[t] == n) {
+      rows(n, t, kReleasing, false);  // its vacated place, freed
+      rows(n, t, kIdle, true);        // bound there again
+      charge(m, t, true);
+      if (!overcommitted(n)) return kRestored;
+      rows(n, t, kIdle, false);  // evicted again (a new vacated place) ...
+      rows(n, t, kReleasing, true);
+      charge(m, t, false);
+      rows(n, t, kReleasing, false);  // ... which it takes, pipelined
+      rows(n, t, kPipelined, true);
+      charge(m, t, true);
+      return kRetook;
+    }
     const i64 from = s_.t_evicted_from[t];
     if (from >= 0) {
       rows(from, t, kReleasing, false);
@@ -289,10 +319,17 @@ class Replacer {
     }
     if (from != n) rows(n, t, kPipelined, true);
     charge(m, t, true);
+    return kPlain;
   }
 
-  // Statement._undo of place().
-  void unplace(i64 m, i64 t, i64 n) {
+  // Statement._undo of place() (``how``: what it returned).
+  void unplace(i64 m, i64 t, i64 n, i64 how) {
+    if (how != kPlain) {
+      rows(n, t, how == kRestored ? kIdle : kPipelined, false);
+      rows(n, t, kReleasing, true);  // the vacated place, held again
+      charge(m, t, false);
+      return;
+    }
     const i64 from = s_.t_evicted_from[t];
     if (from == n) {
       rows(from, t, kIdle, false);
@@ -310,17 +347,17 @@ class Replacer {
   // kai.actions.common.allocate_job (pipelines only): its pods all, or none.
   void allocate_job(i64 m) {
     if (first(m) == last(m) || over_capacity(m)) return;
-    std::vector<i64> nodes;
+    std::vector<std::pair<i64, i64>> placed;  // (node, how)
     for (i64 t = first(m); t < last(m); ++t) {
       const i64 n = pick(t);
       if (n < 0) {
-        for (i64 k = static_cast<i64>(nodes.size()) - 1; k >= 0; --k) {
-          unplace(m, first(m) + k, nodes[static_cast<std::size_t>(k)]);
+        for (i64 k = static_cast<i64>(placed.size()) - 1; k >= 0; --k) {
+          const auto& [node, how] = placed[static_cast<std::size_t>(k)];
+          unplace(m, first(m) + k, node, how);
         }
         return;
       }
-      place(m, t, n);
-      nodes.push_back(n);
+      placed.emplace_back(n, place(m, t, n));
     }
   }
 

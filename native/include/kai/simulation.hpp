@@ -12,8 +12,8 @@
 //
 // The Python side (kai.actions.solvers.replacement) lays the simulation's queue out
 // in these arrays and takes this path only for what they describe: participants with
-// whole-GPU or no-GPU pods, none placed earlier in the session, and jobs that are not
-// semi-preemptible.
+// whole-GPU or no-GPU pods, victims running or bound before the session or bound in it
+// (not pipelined), and jobs that are not semi-preemptible.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +79,9 @@ struct Replacement {
   const i64* t_mask = nullptr;          // [T]: its constraint set
   const i64* t_nominated = nullptr;     // [T]
   const i64* t_evicted_from = nullptr;  // [T]: the node its eviction left (-1: pending)
+  // [T]: a pod placed earlier in the session and evicted back to pending: the node of
+  // the place it left (held releasing, a vacated place), -1 for the others.
+  const i64* t_vacated_at = nullptr;
 };
 
 /// True when the preemptor is placed whole in its turn (then the caller simulates the

@@ -27,6 +27,7 @@ import numpy as np
 
 from kai.actions.fast_allocate import NodePicker
 from kai.actions.solvers.pending import (
+    POOL_KEY,
     PendingPool,
     SimulationQueue,
     partial_view,
@@ -48,12 +49,15 @@ CHECK_KEY = "solver.replacement_check"
 #: Set to 1 to run the Python loop after the compiled one too and compare (tests).
 VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 
-#: The check pays only where simulations fail at the preemptor: where it keeps saying
-#: "placed" the Python loop runs anyway.  After this many such verdicts in a row a
-#: session asks it only once per ``PROBE_EVERY`` simulations, until it says "not placed"
-#: again.  (What it says is the simulation's outcome either way: this changes speed.)
-PLACED_IN_A_ROW = 4
-PROBE_EVERY = 64
+#: The check pays only where simulations fail at the preemptor: where it says "placed"
+#: the Python loop runs anyway.  A session keeps a credit: each "not placed" adds
+#: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each "placed" takes one; with none left it
+#: asks only once per ``PROBE_EVERY`` simulations, until a "not placed" gives credit
+#: again.  (Its verdict is the simulation's outcome either way: this changes speed.)
+CREDIT_START = 2
+CREDIT_GAIN = 4
+CREDIT_MAX = 32
+PROBE_EVERY = 256
 
 
 @dataclass
@@ -98,6 +102,7 @@ class ReplacementArrays:
     t_mask: np.ndarray  # [T]
     t_nominated: np.ndarray
     t_evicted_from: np.ndarray
+    t_vacated_at: np.ndarray  # [T]: a victim bound in the session: the place it left
     v_req: np.ndarray | None = None  # [V, R]: the victims, evicted in this order
     v_qvec: np.ndarray | None = None  # [V, 3]
     v_node: np.ndarray | None = None
@@ -135,7 +140,7 @@ class ReplacementCheck:
         self.shares = [proportion.shares[name] for name in self.names]
         self._base: _Base | None = None
         self.verify = os.environ.get(VERIFY_ENV) == "1"
-        self._placed_in_a_row = 0
+        self._credit = CREDIT_START
         self._passed = 0
 
     @classmethod
@@ -175,29 +180,38 @@ class ReplacementCheck:
         ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``;
         None when the compiled re-placement does not take it.  The session is only read.
         """
-        if self._placed_in_a_row >= PLACED_IN_A_ROW and not self.verify:
+        if self._credit <= 0 and not self.verify:
             self._passed += 1
             if self._passed % PROBE_EVERY:
                 return None
+        pool = self.ssn.cache.get(POOL_KEY)
+        if not isinstance(pool, PendingPool):
+            return None
         try:
             evicted = self._victims(victims)
-            arrays = self._as_evicted(victims, victim_jobs, preemptor, pending, within)
+            base = self._base_of(pool)
+            arrays = self._as_evicted(victims, victim_jobs, preemptor, pending, within, base)
         except _Unsupported:
             return None
         arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
         placed = bool(self.picker.native.replace_until_preemptor(arrays))
-        self._placed_in_a_row = self._placed_in_a_row + 1 if placed else 0
+        if placed:
+            self._credit -= 1
+        else:
+            self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)
         return placed
 
     def _victims(self, victims: list[Task]) -> tuple[np.ndarray, ...]:
-        """The victims' arrays: pods running or bound before the session (an eviction
-        that only releases their place), of jobs that are not semi-preemptible."""
+        """The victims' arrays: pods running or bound before the session, or bound in it
+        (their pods not on a node yet: the eviction takes them back to pending), of jobs
+        that are not semi-preemptible.  Either eviction leaves the place releasing."""
         nodes, index = self.ssn.nodes, self.index
         leaves, np_flags = [], []
         for task in victims:
             job = task.job
+            bound_here = task.status is TaskStatus.BINDING and not task.pod.node_name
             if (
-                task.status not in _BOUND_BEFORE
+                (task.status not in _BOUND_BEFORE and not bound_here)
                 or task.virtually_evicted
                 or task.node < 0
                 or task.gpu_fraction > 0
@@ -226,39 +240,55 @@ class ReplacementCheck:
         preemptor: Job,
         pending: list[Task],
         within: np.ndarray,
+        base: _Base,
     ) -> ReplacementArrays:
         """The simulation's queue and participants as the evictions make them: the
         victims' statuses are set as an eviction sets them while the queue is laid out,
-        then put back (the node rows and queue allocations are evicted in the core)."""
-        before = [(t, t.status, t.virtually_evicted) for t in victims]
+        then put back (the node rows and queue allocations are evicted in the core).
+        A pod bound in the session goes back to pending, leaving a vacated place."""
+        before = [(t, t.status, t.node, t.virtually_evicted) for t in victims]
+        vacated_at: dict[Task, int] = {}
         try:
             for task in victims:
-                task.status = TaskStatus.RELEASING
-                task.virtually_evicted = True
+                if task.status is TaskStatus.BINDING:
+                    vacated_at[task] = task.node
+                    task.status = TaskStatus.PENDING
+                    task.node = -1
+                else:
+                    task.status = TaskStatus.RELEASING
+                    task.virtually_evicted = True
             view = partial_view(preemptor, pending)
             queue = simulation_queue(self.ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
-            if not isinstance(queue, SimulationQueue):
+            if not isinstance(queue, SimulationQueue) or queue.pool is not base.pool:
                 raise _Unsupported
-            return self._arrays(queue, set(victims), view, pending, within)
+            return self._arrays(queue, set(victims), vacated_at, view, pending, within, base)
         finally:
-            for task, status, virtual in before:
+            for task, status, node, virtual in before:
                 task.status = status
+                task.node = node
                 task.virtually_evicted = virtual
 
     def _base_of(self, pool: PendingPool) -> _Base:
+        """The pool's stand-ins and the requests the queue order reads of them (the
+        pool's queue-order keys: proportion's is the request's bytes), kept while the
+        pool is.  Made before a simulation sets any status: the keys the pool keeps are
+        those of the session as it is."""
         base = self._base
         if base is not None and base.pool is pool and base.version == pool.version:
             return base
         start = [0]
-        requests: list[np.ndarray] = []
+        keys: list[bytes] = []
         index: dict[Job, int] = {}
-        job_request = self.proportion.job_request
+        queue_key = pool.queue_key
         for name in self.names:
             for _key, _seq, job in pool.leaves.get(name, ()):
-                index[job] = len(requests)
-                requests.append(job_request(job))
-            start.append(len(requests))
-        request = np.array(requests, dtype=np.float64).reshape(len(requests), 3)
+                index[job] = len(keys)
+                key = queue_key(job)
+                if key is None or len(key) != 1 or len(key[0]) != 24:
+                    raise _Unsupported
+                keys.append(key[0])
+            start.append(len(keys))
+        request = np.frombuffer(b"".join(keys), dtype=np.float64).reshape(len(keys), 3)
         start_at = np.array(start, dtype=np.int64)
         base = self._base = _Base(pool, pool.version, start_at, request, index)
         return base
@@ -267,15 +297,16 @@ class ReplacementCheck:
         self,
         queue: SimulationQueue,
         victims: set[Task],
+        vacated_at: dict[Task, int],
         view: Job,
         pending: list[Task],
         within: np.ndarray,
+        base: _Base,
     ) -> ReplacementArrays:
         ssn, nodes, index = self.ssn, self.ssn.nodes, self.index
         if any(name not in index for name in queue.leaves):
             raise _Unsupported
-        pool = queue.pool
-        base = self._base_of(pool)
+        pool = base.pool
         skipped = np.zeros(len(base.request), dtype=np.bool_)
         for leaf in queue.leaves.values():
             for job in leaf.skip:
@@ -302,6 +333,7 @@ class ReplacementCheck:
         t_mask: list[int] = []
         t_nominated: list[int] = []
         t_evicted: list[int] = []
+        t_vacated: list[int] = []
         masks: dict[int, tuple[int, np.ndarray]] = {}
         job_request = self.proportion.job_request
         picker = self.picker
@@ -331,6 +363,7 @@ class ReplacementCheck:
                         raise _Unsupported
                     if task in nodes.vacated or task in nodes.held:
                         raise _Unsupported
+                    t_vacated.append(vacated_at.get(task, -1))
                     if task.status is TaskStatus.PENDING:
                         t_evicted.append(-1)
                     elif (
@@ -399,4 +432,5 @@ class ReplacementCheck:
             t_mask=np.array(t_mask, dtype=np.int64),
             t_nominated=np.array(t_nominated, dtype=np.int64),
             t_evicted_from=np.array(t_evicted, dtype=np.int64),
+            t_vacated_at=np.array(t_vacated, dtype=np.int64),
         )
