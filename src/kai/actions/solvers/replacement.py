@@ -293,6 +293,31 @@ class ReplacementCheck:
         base = self._base = _Base(pool, pool.version, start_at, request, index)
         return base
 
+    def _tree(self, queue: SimulationQueue) -> tuple[list[int], list[int]]:
+        """The queue tree as ``queue`` met it: each queue's children (then the root's),
+        in the order it added them, as offsets and queue indices."""
+        kid_start, kids = [0], []
+        for parent in [*self.names, None]:
+            for name in queue.children.get(parent, ()):
+                q = self.index.get(name)
+                if q is None:
+                    raise _Unsupported
+                kids.append(q)
+            kid_start.append(len(kids))
+        return kid_start, kids
+
+    @staticmethod
+    def _skipped(queue: SimulationQueue, base: _Base) -> np.ndarray:
+        """The pool entries the queue skips: the participants' own jobs."""
+        skipped = np.zeros(len(base.request), dtype=np.bool_)
+        for leaf in queue.leaves.values():
+            for job in leaf.skip:
+                at = base.index.get(job)
+                if at is not None:
+                    skipped[at] = True
+            break  # every leaf skips the same jobs
+        return skipped
+
     def _arrays(
         self,
         queue: SimulationQueue,
@@ -307,22 +332,7 @@ class ReplacementCheck:
         if any(name not in index for name in queue.leaves):
             raise _Unsupported
         pool = base.pool
-        skipped = np.zeros(len(base.request), dtype=np.bool_)
-        for leaf in queue.leaves.values():
-            for job in leaf.skip:
-                at = base.index.get(job)
-                if at is not None:
-                    skipped[at] = True
-            break  # every leaf skips the same jobs
-        # The tree as the queue met it.
-        kid_start, kids = [0], []
-        for parent in [*self.names, None]:
-            for name in queue.children.get(parent, ()):
-                q = index.get(name)
-                if q is None:
-                    raise _Unsupported
-                kids.append(q)
-            kid_start.append(len(kids))
+        kid_start, kids = self._tree(queue)
         # Participants, leaf by leaf in queue order, and their pods.
         own_start, own, before = [0], [], []
         p_leaf: list[int] = []
@@ -416,7 +426,7 @@ class ReplacementCheck:
             kids=np.array(kids, dtype=np.int64),
             base_start=base.start,
             base_request=base.request,
-            base_skipped=skipped,
+            base_skipped=self._skipped(queue, base),
             preemptor=preemptor_at,
             own_start=np.array(own_start, dtype=np.int64),
             own=np.array(own, dtype=np.int64),
