@@ -21,14 +21,20 @@ using kai::alloc::Input;
 using kai::alloc::Output;
 
 
+// ValueError "<where>: <name>: expected N values, got M" unless ``a`` has ``expect``.
+template <typename A>
+void require_size(const A& a, std::size_t expect, const char* where, const char* name) {
+  if (static_cast<std::size_t>(a.size()) != expect) {
+    throw py::value_error(std::string(where) + ": " + name + ": expected " +
+                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
+  }
+}
+
 template <typename A>
 A get(const py::dict& d, const char* key, std::size_t expect) {
   if (!d.contains(key)) throw py::key_error(std::string("allocate_loop: missing ") + key);
   A a = py::cast<A>(d[key]);
-  if (static_cast<std::size_t>(a.size()) != expect) {
-    throw py::value_error(std::string("allocate_loop: ") + key + ": expected " +
-                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
-  }
+  require_size(a, expect, "allocate_loop", key);
   return a;
 }
 
@@ -296,10 +302,7 @@ py::dict allocate_loop(const py::dict& d) {
 template <typename A>
 A sized(const py::object& o, const char* name, std::size_t expect) {
   A a = py::cast<A>(o.attr(name));
-  if (static_cast<std::size_t>(a.size()) != expect) {
-    throw py::value_error(std::string("replace_until_preemptor: ") + name + ": expected " +
-                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
-  }
+  require_size(a, expect, "replace_until_preemptor", name);
   return a;
 }
 
@@ -325,10 +328,7 @@ void ascending(const I64& a, i64 end, const char* name) {
 
 template <typename A>
 void check_size(const A& a, std::size_t expect, const char* name) {
-  if (static_cast<std::size_t>(a.size()) != expect) {
-    throw py::value_error(std::string("NodePicker: ") + name + ": expected " +
-                          std::to_string(expect) + " values, got " + std::to_string(a.size()));
-  }
+  require_size(a, expect, "NodePicker", name);
 }
 
 // The loop's node choice for one task at a time, on the session's matrices as they are

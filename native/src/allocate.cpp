@@ -1283,10 +1283,7 @@ void run(const Input& in, Output& out) {
 }
 
 i64 select_node(const Input& in, const double* idle, const double* releasing, bool* on_idle) {
-  Output state;
-  Loop loop(in, state);
-  loop.read_matrices(idle, releasing);
-  return loop.select_one(on_idle);
+  return NodeChooser(in).choose(idle, releasing, on_idle);
 }
 
 struct NodeChooser::State {

@@ -38,6 +38,30 @@ bool uses_zero(const QueueRules& q, const double* alloc, i64 queue, const double
   return false;
 }
 
+// Whether ``request`` takes some queue on leaf's path (leaf first) past its ``bound``
+// (limit or deserved quota) over ``alloc``; if so the queue, its allocation and the
+// request go to ``queue`` and ``vec``.
+bool exceeds(const QueueRules& q, const double* bound, const double* alloc, i64 leaf,
+             const double* request, i64* queue, double* vec) {
+  const i64* p = q.path_of(leaf);
+  for (i64 k = q.path_len(leaf) - 1; k >= 0; --k) {
+    const i64 qq = p[k];
+    const double* b = bound + qq * 3;
+    const double* a = alloc + qq * 3;
+    for (int r = 0; r < 3; ++r) {
+      if (b[r] != UNLIMITED && request[r] > 0 && b[r] < (a[r] + request[r]) - 1e-9) {
+        *queue = qq;
+        for (int s = 0; s < 3; ++s) {
+          vec[s] = a[s];
+          vec[3 + s] = request[s];
+        }
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 int queue_order(const QueueRules& q, const double* alloc, i64 l, i64 r, const double* lreq,
@@ -87,39 +111,8 @@ int queue_order(const QueueRules& q, const double* alloc, i64 l, i64 r, const do
 i64 over_capacity(const QueueRules& q, const double* alloc, const double* alloc_np, i64 leaf,
                   const double* request, bool has_np, const double* np_request, i64* queue,
                   double* vec) {
-  const i64* p = q.path_of(leaf);
-  const i64 len = q.path_len(leaf);
-  for (i64 k = len - 1; k >= 0; --k) {
-    const i64 qq = p[k];
-    const double* lim = q.limit + qq * 3;
-    const double* a = alloc + qq * 3;
-    for (int r = 0; r < 3; ++r) {
-      if (lim[r] != UNLIMITED && request[r] > 0 && lim[r] < (a[r] + request[r]) - 1e-9) {
-        *queue = qq;
-        for (int s = 0; s < 3; ++s) {
-          vec[s] = a[s];
-          vec[3 + s] = request[s];
-        }
-        return kLimit;
-      }
-    }
-  }
-  if (!has_np) return kFits;
-  for (i64 k = len - 1; k >= 0; --k) {
-    const i64 qq = p[k];
-    const double* d = q.deserved + qq * 3;
-    const double* a = alloc_np + qq * 3;
-    for (int r = 0; r < 3; ++r) {
-      if (d[r] != UNLIMITED && np_request[r] > 0 && d[r] < (a[r] + np_request[r]) - 1e-9) {
-        *queue = qq;
-        for (int s = 0; s < 3; ++s) {
-          vec[s] = a[s];
-          vec[3 + s] = np_request[s];
-        }
-        return kQuota;
-      }
-    }
-  }
+  if (exceeds(q, q.limit, alloc, leaf, request, queue, vec)) return kLimit;
+  if (has_np && exceeds(q, q.deserved, alloc_np, leaf, np_request, queue, vec)) return kQuota;
   return kFits;
 }
 

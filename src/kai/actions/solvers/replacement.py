@@ -38,7 +38,7 @@ from kai.api.model import Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
-from kai.plugins.proportion import QUEUE_COLUMNS, ProportionPlugin
+from kai.plugins.proportion import QUEUE_COLUMNS, ProportionPlugin, QueueKernel
 
 #: The victims the core evicts: pods running or bound before the session.
 _BOUND_BEFORE = (TaskStatus.RUNNING, TaskStatus.BOUND)
@@ -128,12 +128,12 @@ class _Base:
 class ReplacementCheck:
     """The compiled re-placement for one session's simulations."""
 
-    def __init__(self, ssn: Session, picker: NodePicker, proportion: ProportionPlugin) -> None:
+    def __init__(
+        self, ssn: Session, picker: NodePicker, proportion: ProportionPlugin, queues: QueueKernel
+    ) -> None:
         self.ssn = ssn
         self.picker = picker
         self.proportion = proportion
-        queues = proportion.kernel_form(ssn)
-        assert queues is not None  # _make looked
         self.names: list[str] = queues.names
         self.index = {name: q for q, name in enumerate(self.names)}
         self.queues = queues
@@ -163,9 +163,10 @@ class ReplacementCheck:
         if not capacity or capacity[0].plugin != "proportion":
             return None
         proportion = next((p for p in ssn.plugins if isinstance(p, ProportionPlugin)), None)
-        if proportion is None or proportion.kernel_form(ssn) is None:
+        queues = proportion.kernel_form(ssn) if proportion is not None else None
+        if proportion is None or queues is None:
             return None
-        return cls(ssn, picker, proportion)
+        return cls(ssn, picker, proportion, queues)
 
     # ------------------------------------------------------------------ the check
     def preemptor_placed(
