@@ -7,10 +7,9 @@ their decisions. They are ``kai.actions.fast_allocate``'s functions of the same 
 which stay the reference: both give the same columns and the same state.
 """
 
-from kai.actions.fast_allocate import _default_key
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
-from kai.framework.session import Decision
+from kai.framework.session import Decision, default_order_key
 
 from kai._fast.slots cimport layout, make
 
@@ -80,7 +79,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
             if status in allocated:
                 allocset += 1
         if len(pending) > 1:
-            pending.sort(key=_default_key)
+            pending.sort(key=default_order_key)
             if any(not key_labels.isdisjoint(t.pod.labels) for t in pending):
                 for key_fn in reversed(task_keys):
                     pending.sort(key=key_fn)

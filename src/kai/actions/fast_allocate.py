@@ -54,7 +54,7 @@ from kai.api.resources import (
     vector_shortage,
 )
 from kai.framework.kernel import KernelScore
-from kai.framework.session import Decision, Session
+from kai.framework.session import Decision, Session, default_order_key
 
 ENV_VAR = "KAI_FAST_ALLOCATE"
 
@@ -344,11 +344,6 @@ class _Plan:
         self.devices: list[tuple[int, str, GpuGroup]] | None = None
 
 
-def _default_key(x: Job | Task) -> tuple:
-    ts = x.creation_timestamp
-    return ((1, 0.0) if ts is None else (0, ts), x.uid)
-
-
 def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]] | None:
     """The registered task-order keys (``order_key`` of each task-order function), and
     the pod labels they read; None when a task order has no key.
@@ -574,7 +569,7 @@ def job_columns(
     job_min: list[int] = []
     job_np_mode: list[int] = []
     job_priority: list[int] = []
-    # _default_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
+    # default_order_key, flattened: (0, creation, uid), or (1, 0.0, uid) without a creation
     # time.
     default_keys: list[tuple] = []
     # Bound once: these run for every job of a large session.
@@ -620,7 +615,7 @@ def job_columns(
         if len(pending) > 1:
             # Lexicographic (task_keys..., default) as stable sorts, last key first:
             # one cheap key call per task and pass instead of a tuple per task.
-            pending.sort(key=_default_key)
+            pending.sort(key=default_order_key)
             if any(not key_labels.isdisjoint(t.pod.labels) for t in pending):
                 for key_fn in reversed(task_keys):
                     pending.sort(key=key_fn)

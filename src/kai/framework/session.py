@@ -172,6 +172,27 @@ def _default_order(left: Job | Task, right: Job | Task) -> int:
     return 0
 
 
+def default_order_key(x: Job | Task) -> tuple:
+    """A sort key equal to :func:`_default_order`: older first (no timestamp last), then
+    by uid."""
+    ts = x.creation_timestamp
+    return (0, ts, x.uid) if ts is not None else (1, x.uid)
+
+
+def chained_order_key(keys: Sequence[Callable[[Any], Any]]) -> Callable[[Any], tuple]:
+    """The sort key of an order chain whose functions carry the keys ``keys``: the
+    first key that differs decides, then :func:`default_order_key`."""
+    if not keys:
+        return default_order_key
+    if len(keys) == 1:
+        (only,) = keys
+        return lambda x: (only(x), default_order_key(x))
+    if len(keys) == 2:
+        first, second = keys
+        return lambda x: (first(x), second(x), default_order_key(x))
+    return lambda x: (*(k(x) for k in keys), default_order_key(x))
+
+
 class Session:
     """One scheduling cycle over a snapshot."""
 
@@ -204,6 +225,9 @@ class Session:
         self.queue_versions: dict[str, int] = defaultdict(int)
         # (task, nodes.version, fits-idle mask) of the last filter_nodes call.
         self._fits_idle_cache: tuple[Task, int, np.ndarray] | None = None
+        # Per job of the session, its tasks in task order (see ordered_tasks).
+        self._task_orders: dict[Job, tuple[list[Task], list[Task]]] = {}
+        self._task_key: Callable[[Task], tuple] | None | bool = False  # False: not made yet
 
     # ----------------------------------------------------------------- lifecycle
     def open(self, plugins: Sequence[tuple[int, Plugin]]) -> None:
@@ -237,6 +261,9 @@ class Session:
     def _add(self, point: str, fn: Any, job_key: Callable[[Job | None], Any] | None = None) -> None:
         tier, plugin = self._current
         self._regs[point].append(_Reg(tier, plugin, fn, job_key))
+        if point == "task_order":
+            self._task_key = False
+            self._task_orders.clear()
 
     def registered(self, point: str) -> list[_Reg]:
         return self._regs.get(point, [])
@@ -401,7 +428,46 @@ class Session:
         return -1 if left.name < right.name else (1 if left.name > right.name else 0)
 
     def sorted_tasks(self, tasks: Iterable[Task]) -> list[Task]:
+        key = self.task_order_key()
+        if key is not None:
+            return sorted(tasks, key=key)
         return sorted(tasks, key=functools.cmp_to_key(self.task_order))
+
+    def task_order_key(self) -> Callable[[Task], tuple] | None:
+        """A sort key equal to :meth:`task_order`, or None when some task-order function
+        declares no ``order_key`` (then only the comparisons give the order)."""
+        key = self._task_key
+        if key is False:
+            keys = [getattr(reg.fn, "order_key", None) for reg in self.registered("task_order")]
+            key = None if None in keys else chained_order_key(keys)  # type: ignore[arg-type]
+            self._task_key = key
+        return key  # type: ignore[return-value]
+
+    def ordered_tasks(self, job: Job) -> list[Task] | None:
+        """All of ``job``'s tasks in task order, or None when the order is not by keys.
+
+        A key reads only what a session does not change (labels, creation, uid), so
+        the order is made once per job of the session, and a view of a job (a subset
+        of its tasks) takes it from the job's.
+        """
+        key = self.task_order_key()
+        if key is None:
+            return None
+        tasks = job.tasks
+        known = self._task_orders.get(job)
+        if known is not None and known[0] is tasks:
+            return known[1]
+        origin = self.jobs.get(job.uid)
+        if origin is job:
+            ordered = sorted(tasks, key=key)
+            self._task_orders[job] = (tasks, ordered)
+            return ordered
+        if origin is not None:
+            members = set(tasks)
+            ordered = [t for t in self.ordered_tasks(origin) or () if t in members]
+            if len(ordered) == len(tasks):
+                return ordered
+        return sorted(tasks, key=key)
 
     def sorted_jobs(self, jobs: Iterable[Job]) -> list[Job]:
         return sorted(jobs, key=functools.cmp_to_key(self.job_order))
@@ -724,7 +790,11 @@ def tasks_to_allocate(ssn: Session, job: Job) -> list[Task]:
     if len(job.tasks) == 1:  # one pod (most jobs): nothing to order or count
         task = job.tasks[0]
         return [task] if task.should_allocate() else []
-    pending = ssn.sorted_tasks(t for t in job.tasks if t.should_allocate())
+    ordered = ssn.ordered_tasks(job)
+    if ordered is not None:
+        pending = [t for t in ordered if t.should_allocate()]
+    else:
+        pending = ssn.sorted_tasks(t for t in job.tasks if t.should_allocate())
     if not pending:
         return []
     allocated = job.active_allocated_count()

@@ -4,8 +4,8 @@ A job-order function may carry an ``order_key`` attribute: a function of one job
 values sort like the comparison (``fn(a, b) < 0`` exactly when ``key(a) < key(b)``,
 ``0`` when equal).  When every registered job-order function has one, the session's
 whole job order (the chain, then creation time and uid) is the tuple of those keys
-followed by :func:`default_order_key`, and jobs can be sorted by key instead of by
-pairwise comparisons.
+followed by :func:`~kai.framework.session.default_order_key`, and jobs can be sorted by
+key instead of by pairwise comparisons.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from kai.actions.common import JobQueue
 from kai.api.model import Job
-from kai.framework.session import Session
+from kai.framework.session import Session, chained_order_key
 
 Entry = tuple[Any, int, Job]  # (order key, insertion number, job): sorts by job order
 _Pool = TypeVar("_Pool", bound="LeafPool")
@@ -57,29 +57,10 @@ class LeafPool(ABC):
         return entry
 
 
-def default_order_key(job: Job) -> tuple:
-    """The session's tie-break: older first (no timestamp last), then by uid."""
-    ts = job.creation_timestamp
-    return (0, ts, job.uid) if ts is not None else (1, job.uid)
-
-
 def job_order_key(ssn: Session) -> Callable[[Job], Any] | None:
     """A key function for ``ssn.job_order``, or None if some function has no key."""
-    keys = []
-    for reg in ssn.registered("job_order"):
-        key = getattr(reg.fn, "order_key", None)
-        if key is None:
-            return None
-        keys.append(key)
-    if not keys:
-        return default_order_key
-    if len(keys) == 1:
-        (only,) = keys
-        return lambda job: (only(job), default_order_key(job))
-    if len(keys) == 2:
-        first, second = keys
-        return lambda job: (first(job), second(job), default_order_key(job))
-    return lambda job: (*(k(job) for k in keys), default_order_key(job))
+    keys = [getattr(reg.fn, "order_key", None) for reg in ssn.registered("job_order")]
+    return None if None in keys else chained_order_key(keys)  # type: ignore[arg-type]
 
 
 class SortedJobQueue(JobQueue):
