@@ -832,7 +832,10 @@ class Loop {
     const i64 b = binpack_input(t);
     Range range;
     ScoreInputs k;
-    for (i64 n = 0; n < in_.N; ++n) {
+    const i64* listed = in_.within_nodes;
+    const i64 count = listed != nullptr ? in_.within_count : in_.N;
+    for (i64 i = 0; i < count; ++i) {
+      const i64 n = listed != nullptr ? listed[i] : i;
       if (!score_inputs(t, n, k)) continue;
       cand_.push_back(n);
       cand_inputs_.push_back(k);

@@ -33,6 +33,11 @@ class Replacer {
     in_.S = 1;
     in_.P = s.P;
     in_.within = s.within;
+    for (i64 n = 0; n < N_; ++n) {
+      if (s.within[n]) within_nodes_.push_back(n);
+    }
+    in_.within_nodes = within_nodes_.data();
+    in_.within_count = static_cast<i64>(within_nodes_.size());
     in_.task_sig = &zero_;
     evict();
   }
@@ -60,6 +65,7 @@ class Replacer {
   i64 zero_ = 0;
   std::vector<double> idle_, rel_, used_, alloc_, alloc_np_;
   std::vector<i64> base_pos_, own_pos_;
+  std::vector<i64> within_nodes_;  // the nodes the simulation may place on, ascending
   i64 remaining_ = 0;
 
   // Statement.evict of each victim (running or bound: on idle capacity), in order: its
@@ -196,8 +202,7 @@ class Replacer {
     if (need <= 0) return true;
     double most = -std::numeric_limits<double>::infinity();
     const i64 g = in_.gpu;
-    for (i64 n = 0; n < N_; ++n) {
-      if (!s_.within[n]) continue;
+    for (const i64 n : within_nodes_) {
       const double free = idle_[n * R_ + g] + rel_[n * R_ + g];
       if (free > most) most = free;
     }

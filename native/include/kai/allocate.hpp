@@ -122,6 +122,10 @@ struct Input {
   LoadAware la;
   SharedGpus sg;
   const bool* within = nullptr;  // [N]: the nodes a task may go to (nullptr: all)
+  // The nodes ``within`` admits, ascending, for a caller that picks many times on one
+  // mask: scoring then visits only them (nullptr: every node is visited).
+  const i64* within_nodes = nullptr;
+  i64 within_count = 0;
 };
 
 struct Output {

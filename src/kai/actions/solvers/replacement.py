@@ -139,6 +139,9 @@ class ReplacementCheck:
         self.queues = queues
         self.shares = [proportion.shares[name] for name in self.names]
         self._base: _Base | None = None
+        # Per pod, what the session does not change: its constraint set's masks, its
+        # nominated node and its GPU request.
+        self._pods: dict[Task, tuple[np.ndarray, int, float]] = {}
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self._credit = CREDIT_START
         self._passed = 0
@@ -319,6 +322,20 @@ class ReplacementCheck:
             break  # every leaf skips the same jobs
         return skipped
 
+    def _pod(self, task: Task, job: Job) -> tuple[np.ndarray, int, float]:
+        """What :meth:`_arrays` reads of ``task`` that the session does not change, kept
+        per pod; _Unsupported for a pod the core does not take (a GPU fraction or GPU
+        memory, or a predicate that gives reasons per node)."""
+        if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+            raise _Unsupported
+        mask = self.picker.constraint_masks(task, job)
+        if mask is None:
+            raise _Unsupported
+        nominated = task.pod.nominated_node_name
+        at = self.ssn.nodes.index.get(nominated, -1) if nominated else -1
+        found = self._pods[task] = (mask, at, float(task.request[GPU]))
+        return found
+
     def _arrays(
         self,
         queue: SimulationQueue,
@@ -347,7 +364,7 @@ class ReplacementCheck:
         t_vacated: list[int] = []
         masks: dict[int, tuple[int, np.ndarray]] = {}
         job_request = self.proportion.job_request
-        picker = self.picker
+        pods = self._pods
         preemptor_at = -1
         for q, name in enumerate(self.names):
             found = queue.leaves.get(name)
@@ -370,8 +387,7 @@ class ReplacementCheck:
                 np_charge.append(not job.preemptible)
                 need = 0.0
                 for task in tasks:
-                    if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
-                        raise _Unsupported
+                    pod = pods.get(task) or self._pod(task, job)
                     if task in nodes.vacated or task in nodes.held:
                         raise _Unsupported
                     t_vacated.append(vacated_at.get(task, -1))
@@ -385,15 +401,13 @@ class ReplacementCheck:
                         t_evicted.append(task.node)
                     else:
                         raise _Unsupported
-                    mask = picker.constraint_masks(task, job)
-                    if mask is None:
-                        raise _Unsupported
+                    mask, nominated, gpus = pod
                     slot = masks.setdefault(id(mask), (len(masks), mask))
                     t_mask.append(slot[0])
-                    nominated = task.pod.nominated_node_name
-                    t_nominated.append(nodes.index.get(nominated, -1) if nominated else -1)
+                    t_nominated.append(nominated)
                     rows.append(task.request)
-                    need = max(need, float(task.request[GPU]))
+                    if gpus > need:
+                        need = gpus
                 gpu_need.append(need)
                 task_start.append(len(rows))
             own_start.append(len(own))
@@ -410,7 +424,7 @@ class ReplacementCheck:
             used=nodes.used,
             within=within,
             masks=np.array(stacked, dtype=np.bool_),
-            predicates=len(picker.predicates),
+            predicates=len(self.picker.predicates),
             count_slack=COUNT_SLACK,
             q_alloc=np.array([s.allocated for s in shares], dtype=np.float64),
             q_alloc_np=np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64),
