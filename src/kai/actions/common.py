@@ -108,6 +108,17 @@ class _Entry:
         return result > 0 if self.reverse else result < 0
 
 
+def link_leaf(children: dict[str | None, list[str]], path: list[str]) -> None:
+    """Add a leaf queue's root-to-leaf ``path`` to a queue tree held as each queue's
+    children (the roots under None), in the order the queues were met."""
+    parent: str | None = None
+    for name in path:
+        kids = children.setdefault(parent, [])
+        if name not in kids:
+            kids.append(name)
+        parent = name
+
+
 class JobQueue:
     """Jobs ordered through the queue tree.
 
@@ -146,13 +157,7 @@ class JobQueue:
             self.push(job)
 
     def _link(self, leaf: str) -> None:
-        path = self.ssn.queue_path(leaf)
-        parent: str | None = None
-        for name in path:
-            kids = self.children.setdefault(parent, [])
-            if name not in kids:
-                kids.append(name)
-            parent = name
+        link_leaf(self.children, self.ssn.queue_path(leaf))
 
     def push(self, job: Job) -> None:
         leaf = job.queue or ""

@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import NodePicker
-from kai.actions.solvers.pending import (
-    POOL_KEY,
-    PendingPool,
-    SimulationQueue,
-    partial_view,
-    simulation_queue,
-)
+from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
 from kai.actions.solvers.scenario import COUNT_SLACK
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
@@ -116,13 +114,34 @@ class _Unsupported(Exception):
 
 @dataclass
 class _Base:
-    """The pool's stand-ins as arrays, for one version of the pool."""
+    """The pool's stand-ins as arrays, and the queue tree they link, for one version
+    of the pool."""
 
     pool: PendingPool
     version: int
     start: np.ndarray
     request: np.ndarray
     index: dict[Job, int]
+    children: dict[str | None, list[str]]
+    tree: tuple[np.ndarray, np.ndarray]  # (kid_start, kids)
+
+
+@dataclass(slots=True)
+class _Participant:
+    """A participant of a simulation as its evictions leave it: its leaf queue, its
+    job-order key, what the queue order reads of it, and its pods to place."""
+
+    leaf: int
+    key: Any
+    request: np.ndarray
+    np_count: int
+    np_charge: bool
+    gpu_need: float = 0.0
+    rows: list[np.ndarray] = field(default_factory=list)
+    masks: list[np.ndarray] = field(default_factory=list)
+    nominated: list[int] = field(default_factory=list)
+    evicted_from: list[int] = field(default_factory=list)  # -1: pending
+    vacated_at: list[int] = field(default_factory=list)  # -1: none
 
 
 class ReplacementCheck:
@@ -142,6 +161,9 @@ class ReplacementCheck:
         # Per pod, what the session does not change: its constraint set's masks, its
         # nominated node and its GPU request.
         self._pods: dict[Task, tuple[np.ndarray, int, float]] = {}
+        # The victims' jobs laid out, by (job, its evicted pods, its queue's version),
+        # for one version of the pool.
+        self._layouts: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self._credit = CREDIT_START
         self._passed = 0
@@ -246,31 +268,41 @@ class ReplacementCheck:
         within: np.ndarray,
         base: _Base,
     ) -> ReplacementArrays:
-        """The simulation's queue and participants as the evictions make them: the
-        victims' statuses are set as an eviction sets them while the queue is laid out,
-        then put back (the node rows and queue allocations are evicted in the core).
-        A pod bound in the session goes back to pending, leaving a vacated place."""
-        before = [(t, t.status, t.node, t.virtually_evicted) for t in victims]
-        vacated_at: dict[Task, int] = {}
-        try:
-            for task in victims:
-                if task.status is TaskStatus.BINDING:
-                    vacated_at[task] = task.node
-                    task.status = TaskStatus.PENDING
-                    task.node = -1
-                else:
-                    task.status = TaskStatus.RELEASING
-                    task.virtually_evicted = True
-            view = partial_view(preemptor, pending)
-            queue = simulation_queue(self.ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
-            if not isinstance(queue, SimulationQueue) or queue.pool is not base.pool:
-                raise _Unsupported
-            return self._arrays(queue, set(victims), vacated_at, view, pending, within, base)
-        finally:
-            for task, status, node, virtual in before:
-                task.status = status
-                task.node = node
-                task.virtually_evicted = virtual
+        """The simulation's queue and participants as the evictions make them.
+
+        The participants are the victims' jobs and the preemptor's view, each standing
+        where kai.actions.solvers.pending.SimulationQueue puts it.  A victim's job is laid
+        out with the victims' statuses set as an eviction sets them, then put back (the
+        node rows and queue allocations are evicted in the core); the layout is kept
+        while none of the job's pods changes status (its queue's version), so a job that
+        is a victim in many scenarios is laid out once per set of its evicted pods.
+        """
+        ssn = self.ssn
+        versions = ssn.queue_versions
+        own_victims: dict[Job, list[Task]] = {}
+        for task in victims:
+            own_victims.setdefault(task.job, []).append(task)
+        keys = [
+            (job, tuple(own_victims.get(job, ())), versions[job.queue or ""]) for job in victim_jobs
+        ]
+        layouts = self._layouts
+        found = [layouts.get(key) for key in keys]
+        view_part: _Participant | None = None
+        if preemptor in own_victims or None in found:
+            with _evicted(victims) as vacated_at:
+                for i, job in enumerate(victim_jobs):
+                    if found[i] is None:
+                        part = self._participant(
+                            job, tasks_to_allocate(ssn, job), own_victims.get(job), vacated_at
+                        )
+                        found[i] = layouts[keys[i]] = part
+                if preemptor in own_victims:
+                    view = partial_view(preemptor, pending)
+                    view_part = self._participant(view, pending, own_victims[preemptor], vacated_at)
+        if view_part is None:
+            view_part = self._participant(partial_view(preemptor, pending), pending, None, {})
+        parts: list[_Participant] = [*found, view_part]  # type: ignore[list-item]
+        return self._arrays(parts, {*victim_jobs, preemptor}, within, base)
 
     def _base_of(self, pool: PendingPool) -> _Base:
         """The pool's stand-ins and the requests the queue order reads of them (the
@@ -280,6 +312,10 @@ class ReplacementCheck:
         base = self._base
         if base is not None and base.pool is pool and base.version == pool.version:
             return base
+        self._base = None
+        self._layouts.clear()  # a commit changed pods' statuses
+        if any(name not in self.index for name, entries in pool.leaves.items() if entries):
+            raise _Unsupported
         start = [0]
         keys: list[bytes] = []
         index: dict[Job, int] = {}
@@ -294,38 +330,32 @@ class ReplacementCheck:
             start.append(len(keys))
         request = np.frombuffer(b"".join(keys), dtype=np.float64).reshape(len(keys), 3)
         start_at = np.array(start, dtype=np.int64)
-        base = self._base = _Base(pool, pool.version, start_at, request, index)
+        # The queue tree as a simulation queue links it: the leaves with stand-ins first.
+        children: dict[str | None, list[str]] = {}
+        for name, entries in pool.leaves.items():
+            if entries:
+                link_leaf(children, self.ssn.queue_path(name))
+        tree = self._tree(children)
+        base = self._base = _Base(pool, pool.version, start_at, request, index, children, tree)
         return base
 
-    def _tree(self, queue: SimulationQueue) -> tuple[list[int], list[int]]:
-        """The queue tree as ``queue`` met it: each queue's children (then the root's),
-        in the order it added them, as offsets and queue indices."""
+    def _tree(self, children: dict[str | None, list[str]]) -> tuple[np.ndarray, np.ndarray]:
+        """The queue tree ``children``: each queue's children (then the root's), in the
+        order they were linked, as offsets and queue indices."""
         kid_start, kids = [0], []
         for parent in [*self.names, None]:
-            for name in queue.children.get(parent, ()):
+            for name in children.get(parent, ()):
                 q = self.index.get(name)
                 if q is None:
                     raise _Unsupported
                 kids.append(q)
             kid_start.append(len(kids))
-        return kid_start, kids
-
-    @staticmethod
-    def _skipped(queue: SimulationQueue, base: _Base) -> np.ndarray:
-        """The pool entries the queue skips: the participants' own jobs."""
-        skipped = np.zeros(len(base.request), dtype=np.bool_)
-        for leaf in queue.leaves.values():
-            for job in leaf.skip:
-                at = base.index.get(job)
-                if at is not None:
-                    skipped[at] = True
-            break  # every leaf skips the same jobs
-        return skipped
+        return np.array(kid_start, dtype=np.int64), np.array(kids, dtype=np.int64)
 
     def _pod(self, task: Task, job: Job) -> tuple[np.ndarray, int, float]:
-        """What :meth:`_arrays` reads of ``task`` that the session does not change, kept
-        per pod; _Unsupported for a pod the core does not take (a GPU fraction or GPU
-        memory, or a predicate that gives reasons per node)."""
+        """What :meth:`_participant` reads of ``task`` that the session does not change,
+        kept per pod; _Unsupported for a pod the core does not take (a GPU fraction or
+        GPU memory, or a predicate that gives reasons per node)."""
         if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
             raise _Unsupported
         mask = self.picker.constraint_masks(task, job)
@@ -336,86 +366,136 @@ class ReplacementCheck:
         found = self._pods[task] = (mask, at, float(task.request[GPU]))
         return found
 
+    def _participant(
+        self,
+        job: Job,
+        tasks: list[Task],
+        evicted: list[Task] | None,
+        vacated_at: dict[Task, int],
+    ) -> _Participant:
+        """``job`` as a participant whose pods to place are ``tasks``, its pods
+        ``evicted`` evicted by the simulation, in the session's current state."""
+        leaf = self.index.get(job.queue or "")
+        if leaf is None or job.preemptibility == SEMI_PREEMPTIBLE:
+            raise _Unsupported
+        nodes, pods = self.ssn.nodes, self._pods
+        pool = self._base.pool if self._base is not None else None
+        if pool is None:
+            raise _Unsupported
+        evicted_set = set(evicted) if evicted else ()
+        part = _Participant(
+            leaf,
+            pool.key(job),
+            self.proportion.job_request(job),
+            len(non_preemptible_part(job, tasks)),
+            not job.preemptible,
+        )
+        need = 0.0
+        for task in tasks:
+            pod = pods.get(task) or self._pod(task, job)
+            if task in nodes.vacated or task in nodes.held:
+                raise _Unsupported
+            part.vacated_at.append(vacated_at.get(task, -1))
+            if task.status is TaskStatus.PENDING:
+                part.evicted_from.append(-1)
+            elif (
+                task.status is TaskStatus.RELEASING
+                and task.virtually_evicted
+                and task in evicted_set
+            ):
+                part.evicted_from.append(task.node)
+            else:
+                raise _Unsupported
+            mask, nominated, gpus = pod
+            part.masks.append(mask)
+            part.nominated.append(nominated)
+            part.rows.append(task.request)
+            if gpus > need:
+                need = gpus
+        part.gpu_need = need
+        return part
+
     def _arrays(
         self,
-        queue: SimulationQueue,
-        victims: set[Task],
-        vacated_at: dict[Task, int],
-        view: Job,
-        pending: list[Task],
+        parts: list[_Participant],
+        replaces: set[Job],
         within: np.ndarray,
         base: _Base,
     ) -> ReplacementArrays:
-        ssn, nodes, index = self.ssn, self.ssn.nodes, self.index
-        if any(name not in index for name in queue.leaves):
-            raise _Unsupported
+        """The arrays of one simulation: ``parts`` (the victims' jobs, then the
+        preemptor's view) in a simulation queue's order, standing in for the jobs
+        ``replaces``."""
         pool = base.pool
-        kid_start, kids = self._tree(queue)
-        # Participants, leaf by leaf in queue order, and their pods.
+        # Each leaf's participants in order (SimulationQueue's entries): by job-order
+        # key, then before the pool's entries of an equal key, in the order given.
+        n = len(parts)
+        per_leaf: dict[int, list[tuple]] = {}
+        children = base.children
+        extra: list[str] = []
+        for i, part in enumerate(parts):
+            entries = per_leaf.get(part.leaf)
+            if entries is None:
+                entries = per_leaf[part.leaf] = []
+                name = self.names[part.leaf]
+                if not pool.leaves.get(name) and name not in extra:
+                    extra.append(name)  # a leaf the queue links after the pool's
+            entries.append((part.key, i - n, i))
+        if extra:
+            children = {parent: list(kids) for parent, kids in children.items()}
+            for name in extra:
+                link_leaf(children, self.ssn.queue_path(name))
+            kid_start, kids = self._tree(children)
+        else:
+            kid_start, kids = base.tree
         own_start, own, before = [0], [], []
         p_leaf: list[int] = []
         p_request: list[np.ndarray] = []
-        task_start, np_count, np_charge = [0], [], []
-        gpu_need: list[float] = []
+        task_start, np_count, np_charge, gpu_need = [0], [], [], []
         rows: list[np.ndarray] = []
         t_mask: list[int] = []
         t_nominated: list[int] = []
         t_evicted: list[int] = []
         t_vacated: list[int] = []
-        masks: dict[int, tuple[int, np.ndarray]] = {}
-        job_request = self.proportion.job_request
-        pods = self._pods
+        slots: dict[int, int] = {}
+        stacked: list[np.ndarray] = []
         preemptor_at = -1
         for q, name in enumerate(self.names):
-            found = queue.leaves.get(name)
-            entries = found.own if found is not None else []
-            stand_ins = pool.leaves.get(name, [])
-            for key, seq, job in entries:
-                m = len(p_leaf)
-                own.append(m)
-                before.append(int(base.start[q]) + bisect_left(stand_ins, (key, seq)))
-                p_request.append(job_request(job))
-                p_leaf.append(q)
-                if job.preemptibility == SEMI_PREEMPTIBLE:
-                    raise _Unsupported
-                if job is view:
-                    preemptor_at = m
-                    tasks = pending
-                else:
-                    tasks = tasks_to_allocate(ssn, job)
-                np_count.append(len(non_preemptible_part(job, tasks)))
-                np_charge.append(not job.preemptible)
-                need = 0.0
-                for task in tasks:
-                    pod = pods.get(task) or self._pod(task, job)
-                    if task in nodes.vacated or task in nodes.held:
-                        raise _Unsupported
-                    t_vacated.append(vacated_at.get(task, -1))
-                    if task.status is TaskStatus.PENDING:
-                        t_evicted.append(-1)
-                    elif (
-                        task.status is TaskStatus.RELEASING
-                        and task.virtually_evicted
-                        and task in victims
-                    ):
-                        t_evicted.append(task.node)
-                    else:
-                        raise _Unsupported
-                    mask, nominated, gpus = pod
-                    slot = masks.setdefault(id(mask), (len(masks), mask))
-                    t_mask.append(slot[0])
-                    t_nominated.append(nominated)
-                    rows.append(task.request)
-                    if gpus > need:
-                        need = gpus
-                gpu_need.append(need)
-                task_start.append(len(rows))
+            entries = per_leaf.get(q)
+            if entries is not None:
+                entries.sort()
+                stand_ins = pool.leaves.get(name, [])
+                offset = int(base.start[q])
+                for key, seq, i in entries:
+                    part = parts[i]
+                    m = len(p_leaf)
+                    if i == n - 1:
+                        preemptor_at = m
+                    own.append(m)
+                    before.append(offset + bisect_left(stand_ins, (key, seq)))
+                    p_request.append(part.request)
+                    p_leaf.append(q)
+                    np_count.append(part.np_count)
+                    np_charge.append(part.np_charge)
+                    gpu_need.append(part.gpu_need)
+                    for mask in part.masks:
+                        slot = slots.get(id(mask))
+                        if slot is None:
+                            slot = slots[id(mask)] = len(stacked)
+                            stacked.append(mask)
+                        t_mask.append(slot)
+                    t_nominated += part.nominated
+                    t_evicted += part.evicted_from
+                    t_vacated += part.vacated_at
+                    rows += part.rows
+                    task_start.append(len(rows))
             own_start.append(len(own))
-        if preemptor_at < 0:
-            raise _Unsupported
-        n_res = nodes.idle.shape[1]
-        t_req = np.array(rows, dtype=np.float64).reshape(len(rows), n_res)
-        stacked = [mask for _, mask in sorted(masks.values(), key=lambda slot: slot[0])]
+        nodes = self.ssn.nodes
+        t_req = np.array(rows, dtype=np.float64).reshape(len(rows), nodes.idle.shape[1])
+        skipped = np.zeros(len(base.request), dtype=np.bool_)
+        for job in replaces:
+            at = base.index.get(job)
+            if at is not None:
+                skipped[at] = True
         shares = self.shares
         kernel = self.queues
         return ReplacementArrays(
@@ -437,11 +517,11 @@ class ReplacementCheck:
             total=kernel.total,
             q_path_start=kernel.path_start,
             q_path=kernel.path,
-            kid_start=np.array(kid_start, dtype=np.int64),
-            kids=np.array(kids, dtype=np.int64),
+            kid_start=kid_start,
+            kids=kids,
             base_start=base.start,
             base_request=base.request,
-            base_skipped=self._skipped(queue, base),
+            base_skipped=skipped,
             preemptor=preemptor_at,
             own_start=np.array(own_start, dtype=np.int64),
             own=np.array(own, dtype=np.int64),
@@ -459,3 +539,27 @@ class ReplacementCheck:
             t_evicted_from=np.array(t_evicted, dtype=np.int64),
             t_vacated_at=np.array(t_vacated, dtype=np.int64),
         )
+
+
+@contextmanager
+def _evicted(victims: list[Task]) -> Iterator[dict[Task, int]]:
+    """The victims' statuses as an eviction sets them, put back on leaving; yields the
+    places the pods bound in the session leave (a pod bound in the session goes back to
+    pending, leaving a vacated place)."""
+    before = [(t, t.status, t.node, t.virtually_evicted) for t in victims]
+    vacated_at: dict[Task, int] = {}
+    try:
+        for task in victims:
+            if task.status is TaskStatus.BINDING:
+                vacated_at[task] = task.node
+                task.status = TaskStatus.PENDING
+                task.node = -1
+            else:
+                task.status = TaskStatus.RELEASING
+                task.virtually_evicted = True
+        yield vacated_at
+    finally:
+        for task, status, node, virtual in before:
+            task.status = status
+            task.node = node
+            task.virtually_evicted = virtual
