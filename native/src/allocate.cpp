@@ -486,15 +486,16 @@ class Loop {
     const double* id = idle(n);
     const double* rl = rel(n);
     for (i64 r = 0; r < in_.R; ++r) {
-      const double q = rq[r];
-      if (q == 0.0) continue;
-      if (idle_only) {
-        if (!(q <= id[r] + EPS)) return false;
-      } else {
-        if (!(q <= (id[r] + rl[r]) + EPS)) return false;
-      }
+      if (!room(rq[r], id, rl, r, idle_only)) return false;
     }
     return true;
+  }
+
+  // Whether resource r of a node (idle row ``id``, releasing row ``rl``) has room for
+  // ``q`` of it: on idle capacity alone, or on idle and releasing.
+  static bool room(double q, const double* id, const double* rl, i64 r, bool idle_only) {
+    if (q == 0.0) return true;
+    return idle_only ? q <= id[r] + EPS : q <= (id[r] + rl[r]) + EPS;
   }
 
   bool passes(i64 sig, i64 n) const {
@@ -834,8 +835,11 @@ class Loop {
     ScoreInputs k;
     const i64* listed = in_.within_nodes;
     const i64 count = listed != nullptr ? in_.within_count : in_.N;
+    const double gpus = req(t)[in_.gpu];
     for (i64 i = 0; i < count; ++i) {
       const i64 n = listed != nullptr ? listed[i] : i;
+      // Most nodes of a busy cluster have no GPU room: fits() would say no first.
+      if (!room(gpus, idle(n), rel(n), in_.gpu, false)) continue;
       if (!score_inputs(t, n, k)) continue;
       cand_.push_back(n);
       cand_inputs_.push_back(k);
