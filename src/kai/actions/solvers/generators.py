@@ -129,25 +129,29 @@ def _prefix_subsets(
     order = state.node_order  # victim-bearing nodes in first-appearance order
     capacity: dict[int, float] = {}
     index = np.array(order, dtype=np.intp)
-    totals = state.freed_totals(order)
-    if totals is not None and np.array_equal(base[index], np.floor(base[index])):
-        # Whole GPUs only: every partial sum is an exact integer, so summing the batch
-        # totals at once gives the same values as adding batch by batch.
-        capacity = dict(zip(order, base[index] + totals))
+    totals = state.freed_total_array()
+    base_at = base[index]
+    # Whole GPUs only: every partial sum is an exact integer, so summing the batch
+    # totals at once gives the same values as adding batch by batch.
+    whole = totals is not None and (bound.whole or np.array_equal(base_at, np.floor(base_at)))
+    if whole:
+        capacity = dict(zip(order, (base_at + totals[index]).tolist()))  # type: ignore[index]
     else:
         for node in order:
-            cap = base[node]
+            cap = float(base[node])
             for freed in state.freed_on_node[node]:  # per batch on the node, in batch order
                 cap += freed
-            capacity[node] = cap
+            capacity[node] = float(cap)  # a Python float: compared many times below
     candidates = [n for n in order if capacity[n] + 1e-9 >= smallest]
     if not candidates:
         return
-    position = {n: i for i, n in enumerate(order)}
-    candidates.sort(key=lambda n: (capacity[n], position[n]))
+    candidates.sort(key=capacity.__getitem__)  # stable: equal capacities in node order
     outside = feasible.copy()
-    outside[order] = False
-    baseline = float(sum(base[outside].tolist()))  # summed in node order, as a loop would
+    outside[index] = False
+    if bound.whole:
+        baseline = float(base[outside].sum())  # whole numbers: exact in any order
+    else:
+        baseline = float(sum(base[outside].tolist()))  # summed in node order, as a loop would
     needed = demand - baseline
     total = 0.0
     start = 0
@@ -160,10 +164,15 @@ def _prefix_subsets(
         return
     m = len(candidates)
     k, step = start, 1
+    victim_nodes = state.victim_nodes
+    chosen: set[int] = set()
+    taken = 0
     while True:
-        chosen: set[int] = set()
-        for node in candidates[:k]:
-            chosen.update(state.victim_nodes.get(node, []))
+        # The batches on the first k candidates; the set grows in place (the caller
+        # reads each prefix before asking for the next).
+        for node in candidates[taken:k]:
+            chosen.update(victim_nodes.get(node, ()))
+        taken = k
         yield chosen
         if k >= m:
             return
