@@ -133,6 +133,7 @@ class _Participant:
 
     leaf: int
     key: Any
+    before: int  # the pool entry it comes before: the first of a key not below its own
     request: np.ndarray
     np_count: int
     np_charge: bool
@@ -379,13 +380,19 @@ class ReplacementCheck:
         if leaf is None or job.preemptibility == SEMI_PREEMPTIBLE:
             raise _Unsupported
         nodes, pods = self.ssn.nodes, self._pods
-        pool = self._base.pool if self._base is not None else None
-        if pool is None:
+        base = self._base
+        if base is None:
             raise _Unsupported
+        pool = base.pool
         evicted_set = set(evicted) if evicted else ()
+        key = pool.key(job)
+        # A participant comes before the pool's entries of an equal key (SimulationQueue
+        # numbers participants below every pool entry).
+        stand_ins = pool.leaves.get(self.names[leaf], [])
         part = _Participant(
             leaf,
-            pool.key(job),
+            key,
+            int(base.start[leaf]) + bisect_left(stand_ins, (key,)),
             self.proportion.job_request(job),
             len(non_preemptible_part(job, tasks)),
             not job.preemptible,
@@ -459,19 +466,17 @@ class ReplacementCheck:
         slots: dict[int, int] = {}
         stacked: list[np.ndarray] = []
         preemptor_at = -1
-        for q, name in enumerate(self.names):
+        for q in range(len(self.names)):
             entries = per_leaf.get(q)
             if entries is not None:
                 entries.sort()
-                stand_ins = pool.leaves.get(name, [])
-                offset = int(base.start[q])
-                for key, seq, i in entries:
+                for _key, _seq, i in entries:
                     part = parts[i]
                     m = len(p_leaf)
                     if i == n - 1:
                         preemptor_at = m
                     own.append(m)
-                    before.append(offset + bisect_left(stand_ins, (key, seq)))
+                    before.append(part.before)
                     p_request.append(part.request)
                     p_leaf.append(q)
                     np_count.append(part.np_count)
