@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kai.bench as bench
+from kai.actions.solvers import replacement
 from kai.actions.solvers.replacement import VERIFY_ENV, ReplacementCheck
 from kai.bench_clusters import NOW, random_cluster
 from kai.engine import Snapshot, run_session
@@ -60,7 +61,11 @@ def _random(seed: int) -> Snapshot:
     return Snapshot.from_objects(builder.dicts())
 
 
-def test_every_verdict_is_the_simulations(monkeypatch, verdicts) -> None:
+@pytest.mark.parametrize("group_from", [replacement.GROUP_NODES_FROM, 0])
+def test_every_verdict_is_the_simulations(group_from: int, monkeypatch, verdicts) -> None:
+    # group_from 0: every node choice through the node groups (most simulations here
+    # place fewer pods than the default threshold).
+    monkeypatch.setattr(replacement, "GROUP_NODES_FROM", group_from)
     monkeypatch.setenv(VERIFY_ENV, "1")
     for seed in SEEDS:
         _session(_random(seed), actions=ACTIONS)  # raises on a verdict that differs
@@ -86,6 +91,8 @@ def test_bench_scenarios_decide_the_same(name: str, size: str, monkeypatch, verd
 
     monkeypatch.setenv(VERIFY_ENV, "1")
     compiled = session()
+    monkeypatch.setattr(replacement, "GROUP_NODES_FROM", 0)
+    assert session() == compiled
     _without_compiled(monkeypatch)
     assert session() == compiled
     assert sum(verdicts.values()) > 0

@@ -420,6 +420,7 @@ class NodePicker {
     }
     const i64 K = per_mask > 0 ? static_cast<i64>(static_cast<std::size_t>(masks.size()) / per_mask) : 0;
     r.count_slack = py::cast<double>(sim.attr("count_slack"));
+    r.alike_from = py::cast<i64>(sim.attr("alike_from"));
     const F64 q_alloc = py::cast<F64>(sim.attr("q_alloc"));
     const auto Q = static_cast<std::size_t>(q_alloc.size()) / 3;
     r.Q = static_cast<i64>(Q);

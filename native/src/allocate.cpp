@@ -1271,6 +1271,24 @@ class Loop {
     return select_generic(0, on_idle);
   }
 
+  // select_one's choice through the node groups of task 0's class (select_any): for a
+  // caller that picks many tasks alike and reports each node it changes (node_changed).
+  i64 select_one_alike(bool* on_idle) {
+    if (!alike_ready_) {
+      init_shared();
+      cand_.reserve(static_cast<std::size_t>(in_.N));
+      alike_ready_ = true;
+    }
+    return select_any(0, on_idle);
+  }
+
+  void node_changed(i64 n) { touched(n); }
+
+ private:
+  bool alike_ready_ = false;
+
+ public:
+
   void set_jobs(const i64* active, const i64* nonpipe, const i64* pipelined,
                 const i64* allocset) {
     const auto J = static_cast<std::size_t>(in_.J);
@@ -1307,5 +1325,12 @@ i64 NodeChooser::choose(const double* idle, const double* releasing, bool* on_id
   state_->loop.read_matrices(idle, releasing);
   return state_->loop.select_one(on_idle);
 }
+
+i64 NodeChooser::choose_alike(const double* idle, const double* releasing, bool* on_idle) {
+  state_->loop.read_matrices(idle, releasing);
+  return state_->loop.select_one_alike(on_idle);
+}
+
+void NodeChooser::changed(i64 n) { state_->loop.node_changed(n); }
 
 }  // namespace kai::alloc

@@ -38,7 +38,9 @@ class Replacer {
     }
     in_.within_nodes = within_nodes_.data();
     in_.within_count = static_cast<i64>(within_nodes_.size());
-    in_.task_sig = &zero_;
+    in_.pred = s.masks;  // a pod's constraint set is its signature
+    in_.task_sig = &sig_;
+    alike_ = s.p_task_start[s.M] >= s.alike_from;
     evict();
   }
 
@@ -62,7 +64,8 @@ class Replacer {
   Input in_;  // the one-task input, its task fields set at each pick
   NodeChooser chooser_;
   const i64 N_, R_;
-  i64 zero_ = 0;
+  i64 sig_ = 0;  // the constraint set of the pod being placed
+  bool alike_ = false;
   std::vector<double> idle_, rel_, used_, alloc_, alloc_np_;
   std::vector<i64> base_pos_, own_pos_;
   std::vector<i64> within_nodes_;  // the nodes the simulation may place on, ascending
@@ -230,9 +233,10 @@ class Replacer {
   // NodePicker.pick: the node for pod t, -1 if none.
   i64 pick(i64 t) {
     in_.task_req = s_.t_req + t * R_;
-    in_.pred = s_.masks + s_.t_mask[t] * s_.P * N_;
+    sig_ = s_.t_mask[t];
     in_.task_nom = s_.t_nominated + t;
     bool on_idle = false;
+    if (alike_) return chooser_.choose_alike(idle_.data(), rel_.data(), &on_idle);
     return chooser_.choose(idle_.data(), rel_.data(), &on_idle);
   }
 
@@ -240,6 +244,7 @@ class Replacer {
   enum Rows { kIdle, kReleasing, kPipelined };
   void rows(i64 n, i64 t, Rows kind, bool add) { rows(n, s_.t_req + t * R_, kind, add); }
   void rows(i64 n, const double* r, Rows kind, bool add) {
+    if (alike_) chooser_.changed(n);
     double* u = used_.data() + n * R_;
     double* id = idle_.data() + n * R_;
     double* rl = rel_.data() + n * R_;

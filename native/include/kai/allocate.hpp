@@ -176,6 +176,11 @@ class NodeChooser {
   NodeChooser(const NodeChooser&) = delete;
   NodeChooser& operator=(const NodeChooser&) = delete;
   i64 choose(const double* idle, const double* releasing, bool* on_idle);
+  // The same choice, the nodes grouped by score inputs per class of tasks alike (as the
+  // allocate loop does): for a caller that picks many tasks on the same matrices and
+  // reports each node whose rows it changes between picks (changed()).
+  i64 choose_alike(const double* idle, const double* releasing, bool* on_idle);
+  void changed(i64 n);
 
  private:
   struct State;

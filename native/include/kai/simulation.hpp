@@ -32,6 +32,9 @@ struct Replacement {
   const bool* masks = nullptr;   // [K, P, N]: predicate masks per constraint set
   i64 P = 0;
   double count_slack = 0.0;  // kai.actions.solvers.scenario.COUNT_SLACK
+  // From this many pods to place, nodes are grouped per class of pods alike for the
+  // node choice (NodeChooser::choose_alike: the same choices, cheaper when many).
+  i64 alike_from = 0;
 
   // ---- queues (Q x 3), before the evictions
   i64 Q = 0;

@@ -52,6 +52,11 @@ VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 #: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each "placed" takes one; with none left it
 #: asks only once per ``PROBE_EVERY`` simulations, until a "not placed" gives credit
 #: again.  (Its verdict is the simulation's outcome either way: this changes speed.)
+#: From this many pods to place in a simulation, the core groups the nodes by score
+#: inputs per class of pods alike, as the allocate loop does: the same choices, and
+#: cheaper than scoring every node at each pick once the groups are made.
+GROUP_NODES_FROM = 48
+
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
@@ -69,6 +74,7 @@ class ReplacementArrays:
     masks: np.ndarray  # [K, P, N] bool: predicate masks per constraint set
     predicates: int  # P
     count_slack: float
+    alike_from: int  # GROUP_NODES_FROM
     q_alloc: np.ndarray  # [Q, 3], before the evictions
     q_alloc_np: np.ndarray
     q_deserved: np.ndarray
@@ -511,6 +517,7 @@ class ReplacementCheck:
             masks=np.array(stacked, dtype=np.bool_),
             predicates=len(self.picker.predicates),
             count_slack=COUNT_SLACK,
+            alike_from=GROUP_NODES_FROM,
             q_alloc=np.array([s.allocated for s in shares], dtype=np.float64),
             q_alloc_np=np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64),
             q_deserved=kernel.deserved,
