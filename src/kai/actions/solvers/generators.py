@@ -137,9 +137,9 @@ def _prefix_subsets(
     if whole:
         capacity = dict(zip(order, (base_at + totals[index]).tolist()))  # type: ignore[index]
     else:
-        for node in order:
-            cap = float(base[node])
-            for freed in state.freed_on_node[node]:  # per batch on the node, in batch order
+        freed_on_node = state.freed_on_node
+        for node, cap in zip(order, base_at.tolist()):
+            for freed in freed_on_node[node]:  # per batch on the node, in batch order
                 cap += freed
             capacity[node] = float(cap)  # a Python float: compared many times below
     candidates = [n for n in order if capacity[n] + 1e-9 >= smallest]

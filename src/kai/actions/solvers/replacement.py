@@ -171,6 +171,8 @@ class ReplacementCheck:
         # The victims' jobs laid out, by (job, its evicted pods, its queue's version),
         # for one version of the pool.
         self._layouts: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
+        # The preemptors' views laid out, by (job, its pending pods, its queue's version).
+        self._views: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self._credit = CREDIT_START
         self._passed = 0
@@ -307,7 +309,12 @@ class ReplacementCheck:
                     view = partial_view(preemptor, pending)
                     view_part = self._participant(view, pending, own_victims[preemptor], vacated_at)
         if view_part is None:
-            view_part = self._participant(partial_view(preemptor, pending), pending, None, {})
+            # The preemptor's view, the same for every scenario of a probe.
+            view_key = (preemptor, tuple(pending), versions[preemptor.queue or ""])
+            view_part = self._views.get(view_key)
+            if view_part is None:
+                view = partial_view(preemptor, pending)
+                view_part = self._views[view_key] = self._participant(view, pending, None, {})
         parts: list[_Participant] = [*found, view_part]  # type: ignore[list-item]
         return self._arrays(parts, {*victim_jobs, preemptor}, within, base)
 
@@ -321,6 +328,7 @@ class ReplacementCheck:
             return base
         self._base = None
         self._layouts.clear()  # a commit changed pods' statuses
+        self._views.clear()
         if any(name not in self.index for name, entries in pool.leaves.items() if entries):
             raise _Unsupported
         start = [0]
