@@ -445,3 +445,57 @@ def test_a_job_queue_pops_alike_jobs_as_pop_would() -> None:
         assert got == expected, seed
         ssn.close()
     assert hits > 50
+
+
+def test_task_order_keys_sort_as_the_comparisons_do() -> None:
+    """The session sorts a job's pods by the ordering plugins' keys, once per session; a
+    view of the job takes its job's order.  Both match sorting by the chained task-order
+    comparisons, ties and missing labels included; a task order without a key falls
+    back to the comparisons."""
+    import functools
+    import random
+
+    from kai.framework.session import tasks_to_allocate
+    from kai.plugins.ordering import KUBEFLOW_ROLE_LABEL, TASK_PRIORITY_LABEL
+    from tests.factory import podgroup
+
+    rng = random.Random(7)
+    objs = [node("n1"), queue("q")]
+    for g in range(6):
+        objs.append(podgroup(f"g{g}", min_member=rng.randint(1, 4)))
+        for i in range(rng.randint(2, 9)):
+            labels = {}
+            if rng.random() < 0.5:
+                labels[TASK_PRIORITY_LABEL] = str(rng.randint(0, 3))
+            if rng.random() < 0.3:
+                labels[KUBEFLOW_ROLE_LABEL] = rng.choice(["master", "worker"])
+            minute = rng.randint(0, 3)  # ties on creation time, broken by uid
+            objs.append(
+                pod(
+                    f"g{g}-{rng.randint(0, 999)}-{i}",
+                    group=f"g{g}",
+                    queue="q",
+                    labels=labels,
+                    created=f"2026-11-22T10:0{minute}:00Z",
+                )
+            )
+    ssn = session(objs, plugins=("priority", "taskorder", "kubeflow", "proportion"))
+    assert ssn.task_order_key() is not None
+    by_comparisons = functools.cmp_to_key(ssn.task_order)
+    for job in ssn.jobs.values():
+        expected = sorted(job.tasks, key=by_comparisons)
+        assert ssn.ordered_tasks(job) == expected
+        assert ssn.ordered_tasks(job) is ssn.ordered_tasks(job)  # made once
+        part = rng.sample(job.tasks, len(job.tasks) // 2)
+        view = job.with_tasks(part)
+        assert ssn.ordered_tasks(view) == sorted(part, key=by_comparisons)
+        if part:  # all pending: the gang up to its minimum comes first
+            chunk = sorted(part, key=by_comparisons)[: max(job.min_member, 1)]
+            assert tasks_to_allocate(ssn, view) == chunk
+
+    # A task order with no key: the comparisons alone decide.
+    ssn._current = (0, "custom")
+    ssn.add_task_order_fn(lambda a, b: -1 if a.name > b.name else (1 if a.name < b.name else 0))
+    assert ssn.task_order_key() is None and ssn.ordered_tasks(job) is None
+    tasks = list(job.tasks)
+    assert ssn.sorted_tasks(tasks) == sorted(tasks, key=functools.cmp_to_key(ssn.task_order))

@@ -457,7 +457,7 @@ class Session:
         known = self._task_orders.get(job)
         if known is not None and known[0] is tasks:
             return known[1]
-        origin = self.jobs.get(job.uid)
+        origin = self.jobs.get(job.key)
         if origin is job:
             ordered = sorted(tasks, key=key)
             self._task_orders[job] = (tasks, ordered)
