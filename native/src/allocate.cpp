@@ -121,6 +121,7 @@ class Loop {
   std::vector<std::unique_ptr<ClassGroups>> class_groups_;
   std::vector<std::pair<std::vector<double>, bool>> seen_;  // classes seen, groupable
   i64 select_count_ = 0;
+  bool alike_ready_ = false;  // select_one_alike's one-time set-up done
   // bucket index (free GPUs -> nodes), valid while index_on_
   bool index_on_ = false;
   bool releasing_zero_ = false;
@@ -1283,11 +1284,6 @@ class Loop {
   }
 
   void node_changed(i64 n) { touched(n); }
-
- private:
-  bool alike_ready_ = false;
-
- public:
 
   void set_jobs(const i64* active, const i64* nonpipe, const i64* pipelined,
                 const i64* allocset) {

@@ -47,16 +47,16 @@ CHECK_KEY = "solver.replacement_check"
 #: Set to 1 to run the Python loop after the compiled one too and compare (tests).
 VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 
-#: The check pays only where simulations fail at the preemptor: where it says "placed"
-#: the Python loop runs anyway.  A session keeps a credit: each "not placed" adds
-#: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each "placed" takes one; with none left it
-#: asks only once per ``PROBE_EVERY`` simulations, until a "not placed" gives credit
-#: again.  (Its verdict is the simulation's outcome either way: this changes speed.)
 #: From this many pods to place in a simulation, the core groups the nodes by score
 #: inputs per class of pods alike, as the allocate loop does: the same choices, and
 #: cheaper than scoring every node at each pick once the groups are made.
 GROUP_NODES_FROM = 48
 
+#: The check pays only where simulations fail at the preemptor: where it says "placed"
+#: the Python loop runs anyway.  A session keeps a credit: each "not placed" adds
+#: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each "placed" takes one; with none left it
+#: asks only once per ``PROBE_EVERY`` simulations, until a "not placed" gives credit
+#: again.  (Its verdict is the simulation's outcome either way: this changes speed.)
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
