@@ -462,7 +462,8 @@ class Session:
             ordered = sorted(tasks, key=key)
             self._task_orders[job] = (tasks, ordered)
             return ordered
-        if origin is not None:
+        if origin is not None and len(tasks) * 8 >= len(origin.tasks):
+            # Filtering the job's order beats sorting unless the view is a small part.
             members = set(tasks)
             ordered = [t for t in self.ordered_tasks(origin) or () if t in members]
             if len(ordered) == len(tasks):
