@@ -636,7 +636,8 @@ class ProportionPlugin(Plugin):
             return np.zeros(len(QUEUE_RESOURCES))
         # Cached per job state: the next chunk (gang, then one pod at a time) changes
         # whenever one of the job's tasks changes status, as KAI invalidates its cache.
-        state = tuple((t.status, t.virtually_evicted) for t in job.tasks)
+        # The pods are named too: views of one job may hold different pods.
+        state = tuple((t.uid, t.status, t.virtually_evicted) for t in job.tasks)
         key = ("proportion.job_request", job.key, state)
         cached = self.ssn.cache.get(key)
         if cached is None:
