@@ -409,8 +409,7 @@ class NodePicker {
   bool replace_until_preemptor(const py::object& sim) {
     const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
     kai::alloc::Replacement r;
-    const F64 idle = sized<F64>(sim, "idle", N * R), releasing = sized<F64>(sim, "releasing", N * R),
-              used = sized<F64>(sim, "used", N * R);
+    const F64 idle = sized<F64>(sim, "idle", N * R), releasing = sized<F64>(sim, "releasing", N * R);
     const Bool within = sized<Bool>(sim, "within", N);
     const Bool masks = py::cast<Bool>(sim.attr("masks"));
     r.P = py::cast<i64>(sim.attr("predicates"));
@@ -481,7 +480,6 @@ class NodePicker {
     }
     r.idle = idle.data();
     r.releasing = releasing.data();
-    r.used = used.data();
     r.within = within.data();
     r.masks = masks.data();
     r.q_alloc = q_alloc.data();

@@ -22,7 +22,6 @@ class Replacer {
     const auto nr = static_cast<std::size_t>(N_ * R_);
     idle_.assign(s.idle, s.idle + nr);
     rel_.assign(s.releasing, s.releasing + nr);
-    used_.assign(s.used, s.used + nr);
     const auto q3 = static_cast<std::size_t>(s.Q * 3);
     alloc_.assign(s.q_alloc, s.q_alloc + q3);
     alloc_np_.assign(s.q_alloc_np, s.q_alloc_np + q3);
@@ -66,7 +65,7 @@ class Replacer {
   const i64 N_, R_;
   i64 sig_ = 0;  // the constraint set of the pod being placed
   bool alike_ = false;
-  std::vector<double> idle_, rel_, used_, alloc_, alloc_np_;
+  std::vector<double> idle_, rel_, alloc_, alloc_np_;
   std::vector<i64> base_pos_, own_pos_;
   std::vector<i64> within_nodes_;  // the nodes the simulation may place on, ascending
   i64 remaining_ = 0;
@@ -240,17 +239,16 @@ class Replacer {
     return chooser_.choose(idle_.data(), rel_.data(), &on_idle);
   }
 
-  // charge_rows for one node: ``used`` always, then idle / releasing by the kind.
+  // charge_rows for one node, idle / releasing by the kind (``used``, which no choice
+  // here reads, is not kept).
   enum Rows { kIdle, kReleasing, kPipelined };
   void rows(i64 n, i64 t, Rows kind, bool add) { rows(n, s_.t_req + t * R_, kind, add); }
   void rows(i64 n, const double* r, Rows kind, bool add) {
     if (alike_) chooser_.changed(n);
-    double* u = used_.data() + n * R_;
     double* id = idle_.data() + n * R_;
     double* rl = rel_.data() + n * R_;
     for (i64 k = 0; k < R_; ++k) {
       if (add) {
-        u[k] = u[k] + r[k];
         if (kind == kReleasing) {
           rl[k] = rl[k] + r[k];
           id[k] = id[k] - r[k];
@@ -260,7 +258,6 @@ class Replacer {
           id[k] = id[k] - r[k];
         }
       } else {
-        u[k] = u[k] - r[k];
         if (kind == kReleasing) {
           rl[k] = rl[k] - r[k];
           id[k] = id[k] + r[k];

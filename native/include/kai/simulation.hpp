@@ -27,7 +27,6 @@ struct Replacement {
   // ---- nodes (N x R), before the evictions
   const double* idle = nullptr;
   const double* releasing = nullptr;
-  const double* used = nullptr;
   const bool* within = nullptr;  // [N]: the nodes the simulation may place on
   const bool* masks = nullptr;   // [K, P, N]: predicate masks per constraint set
   i64 P = 0;

@@ -69,7 +69,6 @@ class ReplacementArrays:
 
     idle: np.ndarray  # [N, R], before the evictions
     releasing: np.ndarray
-    used: np.ndarray
     within: np.ndarray  # [N] bool
     masks: np.ndarray  # [K, P, N] bool: predicate masks per constraint set
     predicates: int  # P
@@ -520,7 +519,6 @@ class ReplacementCheck:
         return ReplacementArrays(
             idle=nodes.idle,
             releasing=nodes.releasing,
-            used=nodes.used,
             within=within,
             masks=np.array(stacked, dtype=np.bool_),
             predicates=len(self.picker.predicates),
