@@ -351,15 +351,13 @@ def _task_key_fns(ssn: Session) -> tuple[list, frozenset[str]] | None:
     A pod without any of those labels gets the same value from every key, so a gang
     whose pods carry none of them is ordered by the default key alone.
     """
-    keys: list = []
-    labels: set[str] = set()
-    for reg in ssn.registered("task_order"):
-        key = getattr(reg.fn, "order_key", None)
-        if key is None:
-            return None
-        keys.append(key)
-        labels.update(getattr(reg.fn, "order_labels", ()))
-    return keys, frozenset(labels)
+    keys = ssn.order_keys("task_order")
+    if keys is None:
+        return None
+    labels = frozenset().union(
+        *(getattr(reg.fn, "order_labels", ()) for reg in ssn.registered("task_order"))
+    )
+    return keys, labels
 
 
 def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:

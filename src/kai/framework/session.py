@@ -433,13 +433,19 @@ class Session:
             return sorted(tasks, key=key)
         return sorted(tasks, key=functools.cmp_to_key(self.task_order))
 
+    def order_keys(self, point: str) -> list[Callable[[Any], Any]] | None:
+        """The ``order_key`` of every function registered at ``point`` (``job_order``
+        or ``task_order``), in order; None when one of them declares none."""
+        keys = [getattr(reg.fn, "order_key", None) for reg in self.registered(point)]
+        return None if None in keys else keys  # type: ignore[return-value]
+
     def task_order_key(self) -> Callable[[Task], tuple] | None:
         """A sort key equal to :meth:`task_order`, or None when some task-order function
         declares no ``order_key`` (then only the comparisons give the order)."""
         key = self._task_key
         if key is False:
-            keys = [getattr(reg.fn, "order_key", None) for reg in self.registered("task_order")]
-            key = None if None in keys else chained_order_key(keys)  # type: ignore[arg-type]
+            keys = self.order_keys("task_order")
+            key = None if keys is None else chained_order_key(keys)
             self._task_key = key
         return key  # type: ignore[return-value]
 

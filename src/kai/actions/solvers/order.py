@@ -59,8 +59,8 @@ class LeafPool(ABC):
 
 def job_order_key(ssn: Session) -> Callable[[Job], Any] | None:
     """A key function for ``ssn.job_order``, or None if some function has no key."""
-    keys = [getattr(reg.fn, "order_key", None) for reg in ssn.registered("job_order")]
-    return None if None in keys else chained_order_key(keys)  # type: ignore[arg-type]
+    keys = ssn.order_keys("job_order")
+    return None if keys is None else chained_order_key(keys)
 
 
 class SortedJobQueue(JobQueue):

@@ -301,19 +301,21 @@ class ReplacementCheck:
                 for i, job in enumerate(victim_jobs):
                     if found[i] is None:
                         part = self._participant(
-                            job, tasks_to_allocate(ssn, job), own_victims.get(job), vacated_at
+                            base, job, tasks_to_allocate(ssn, job), own_victims.get(job), vacated_at
                         )
                         found[i] = layouts[keys[i]] = part
                 if preemptor in own_victims:
                     view = partial_view(preemptor, pending)
-                    view_part = self._participant(view, pending, own_victims[preemptor], vacated_at)
+                    view_part = self._participant(
+                        base, view, pending, own_victims[preemptor], vacated_at
+                    )
         if view_part is None:
             # The preemptor's view, the same for every scenario of a probe.
             view_key = (preemptor, tuple(pending), versions[preemptor.queue or ""])
             view_part = self._views.get(view_key)
             if view_part is None:
                 view = partial_view(preemptor, pending)
-                view_part = self._views[view_key] = self._participant(view, pending, None, {})
+                view_part = self._views[view_key] = self._participant(base, view, pending, None, {})
         parts: list[_Participant] = [*found, view_part]  # type: ignore[list-item]
         return self._arrays(parts, {*victim_jobs, preemptor}, within, base)
 
@@ -382,6 +384,7 @@ class ReplacementCheck:
 
     def _participant(
         self,
+        base: _Base,
         job: Job,
         tasks: list[Task],
         evicted: list[Task] | None,
@@ -393,9 +396,6 @@ class ReplacementCheck:
         if leaf is None or job.preemptibility == SEMI_PREEMPTIBLE:
             raise _Unsupported
         nodes, pods = self.ssn.nodes, self._pods
-        base = self._base
-        if base is None:
-            raise _Unsupported
         pool = base.pool
         evicted_set = set(evicted) if evicted else ()
         key = pool.key(job)
