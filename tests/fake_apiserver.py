@@ -18,6 +18,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -108,6 +109,9 @@ class FakeApiServer:
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, body)
         self.headers: list[tuple[str, str, dict]] = []  # (method, path, headers)
         self.fail: dict[tuple[str, str], int] = {}  # (verb, ns/name) -> HTTP status
+        # Called with (namespace, name) as each bind arrives, before it is answered: a
+        # test may hold it there, as a slow API server would.
+        self.on_bind: Callable[[str, str], None] | None = None
         self.gone_next_watch: set[str] = set()  # plurals whose next watch gets 410
         self.not_served: set[str] = set()  # plurals answered 404, as an absent CRD
         self.protobuf = True  # False: protobuf bodies answered 415, as a CRD server does
@@ -298,6 +302,8 @@ class FakeApiServer:
             h._send(404, _status(404, "NotFound", "the server could not find the resource"))
             return
         target = f"{ns}/{name}" if ns else str(name)
+        if sub == "binding" and method == "POST" and self.on_bind is not None:
+            self.on_bind(str(ns), str(name))
         injected = self.fail.get((sub or method.lower(), target))
         if injected:
             h._send(injected, _status(injected, "InternalError", "injected failure"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -207,6 +208,158 @@ def test_answers_in_every_framing_are_read_whole() -> None:
     assert b"Content-Length" not in delete and delete.startswith(b"DELETE /api/v1/x4 ")
     client.close()
     server.close()
+
+
+def _pipelined(
+    client: KubeClient, requests: list[tuple[str, str, object]], width: int, **kw: object
+) -> list[tuple[bytes | None, BaseException | None]]:
+    """Send requests through a pipeline of ``width``; each one's (body, error), in order."""
+    import threading
+
+    todo = list(enumerate(requests))
+    outcomes: dict[int, tuple[bytes | None, BaseException | None]] = {}
+    all_done = threading.Event()
+
+    def take():  # noqa: ANN202
+        if not todo:
+            return None
+        i, (method, path, body) = todo.pop(0)
+
+        def done(data: bytes | None, err: BaseException | None) -> None:
+            outcomes[i] = (data, err)
+            if len(outcomes) == len(requests):
+                all_done.set()
+
+        return pipeline.request(method, path, body, "application/json", done)
+
+    pipeline = client.pipeline(width, take, name="test-pipeline")
+    assert pipeline is not None
+    for key, value in kw.items():
+        setattr(pipeline, key, value)
+    pipeline.wake()
+    assert all_done.wait(10)
+    pipeline.close(1.0)
+    return [outcomes[i] for i in range(len(requests))]
+
+
+def test_a_pipeline_answers_every_request_with_its_own_outcome(server: RecordingServer) -> None:
+    client = _client(server)
+    requests = [("POST", f"/api/v1/namespaces/a/pods/p-{i}/binding", {"n": i}) for i in range(40)]
+    outcomes = _pipelined(client, requests, width=4)
+    assert all(
+        err is None and json.loads(body or b"")["status"] == "Success" for body, err in outcomes
+    )
+    assert sorted(r.body["n"] for r in server.requests) == list(range(40))  # type: ignore[index]
+    assert {r.headers["authorization"] for r in server.requests} == {"Bearer secret"}
+    # A refusal is the request's own error, with the status and body.
+    server.answer = (409, {"kind": "Status", "reason": "Conflict"})
+    ((body, err),) = _pipelined(client, [("POST", "/api/v1/x", {})], width=2)
+    assert body is None and status_of(err) == 409  # type: ignore[arg-type]
+    client.close()
+
+
+def test_a_pipeline_sends_again_what_a_closed_keep_alive_connection_lost(
+    server: RecordingServer,
+) -> None:
+    server.hang_up_after_answer = True  # every idle connection is closed under it
+    client = _client(server)
+    requests = [("POST", f"/api/v1/x{i}", {"n": i}) for i in range(12)]
+    outcomes = _pipelined(client, requests, width=3)
+    assert [err for _, err in outcomes] == [None] * 12
+    assert sorted(r.body["n"] for r in server.requests) == list(range(12))  # type: ignore[index]
+    client.close()
+
+
+def test_a_pipeline_reads_answers_in_every_framing() -> None:
+    body = b'{"kind":"Status","status":"Success"}'
+    answers = [
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body),
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(body), body),
+        b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (len(body), body),
+        b"HTTP/1.0 201 Created\r\n\r\n" + body,
+    ]
+    server = ScriptedServer(answers)
+    client = _scripted_client(server.url)
+    outcomes = _pipelined(client, [("POST", f"/x{i}", {}) for i in range(4)], width=1)
+    assert outcomes == [(body, None)] * 4
+    assert server.connections == 2  # anew after the answer that closed the first
+    client.close()
+    server.close()
+
+
+def test_a_pipeline_keeps_to_the_rate_limit_and_the_order() -> None:
+    server = ScriptedServer([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"] * 6)
+    client = _scripted_client(server.url)
+    waits = iter([0.0, 0.1, 0.0, 0.2, 0.0, 0.0])
+    start = time.monotonic()
+    outcomes = _pipelined(
+        client, [("POST", f"/x{i}", {}) for i in range(6)], width=1, _reserve=lambda: next(waits)
+    )
+    assert outcomes == [(b"{}", None)] * 6
+    assert time.monotonic() - start >= 0.3  # each waited for its token
+    assert [r.split(b" ")[1] for r in server.requests] == [f"/x{i}".encode() for i in range(6)]
+    client.close()
+    server.close()
+
+
+def test_a_pipeline_gives_up_on_a_silent_server_and_on_closing() -> None:
+    import socket
+    import threading
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    cfg = k8s.Configuration()
+    cfg.host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    client = KubeClient(k8s.ApiClient(cfg), qps=0, request_timeout=0.2)
+    ((body, err),) = _pipelined(client, [("POST", "/x", {})], width=1)
+    assert body is None and isinstance(err, TimeoutError)
+    # Closed with a request in flight: the request fails, it is not lost.
+    failed = threading.Event()
+    client = KubeClient(k8s.ApiClient(cfg), qps=0, request_timeout=30)
+    sent = [False]
+
+    def take():  # noqa: ANN202
+        if sent[0]:
+            return None
+        sent[0] = True
+        return pipeline.request("POST", "/y", {}, "application/json", lambda b, e: failed.set())
+
+    pipeline = client.pipeline(1, take, name="test-pipeline")
+    assert pipeline is not None
+    pipeline.wake()
+    time.sleep(0.1)
+    pipeline.close(0.1)
+    assert failed.wait(5)
+    silent.close()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_answers_split_anywhere_parse_alike(seed: int) -> None:
+    from kai.k8s.connections import parse_answer
+
+    body = b'{"kind":"Status","status":"Success"}'
+    stream = (
+        b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        + b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 409 Conflict\r\nContent-Length: 2\r\n\r\n{}"
+        + b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nTrailer: t\r\n\r\n"
+    )
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(stream)), 12))
+    buf = bytearray()
+    got = []
+    for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        buf += stream[start:end]
+        while (parsed := parse_answer(buf)) is not None:
+            answer, used = parsed
+            del buf[:used]
+            got.append((answer.status, answer.body))
+    assert got == [(201, body), (409, b"{}"), (200, b"hello world")]
+    assert not buf
 
 
 class _ChunkedBody:

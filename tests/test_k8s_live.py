@@ -229,13 +229,19 @@ def test_dry_run_writes_nothing(api: FakeApiServer, client: KubeClient) -> None:
     assert [r for r in api.requests if r[0] != "GET"] == []
 
 
-def test_failed_bind_rolls_back_the_gang(api: FakeApiServer, client: KubeClient) -> None:
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "through-a-proxy"])
+def test_failed_bind_rolls_back_the_gang(
+    api: FakeApiServer, client: KubeClient, pipelined: bool
+) -> None:
+    if not pipelined:
+        client.direct = None  # as through a proxy: one bind per worker thread, pooled
     api.put(f.node("n1", gpus=4))
     api.put(f.queue("q"))
     for o in _owned(f.gang("g", 3, gpus=1)):
         api.put(o)
     api.fail[("binding", "default/g-1")] = 500
     sched = Scheduler(client, _options(bind_attempts=3))
+    assert (sched.binder._pipeline is not None) == pipelined
     sched.start()
     try:
         assert sched.cache.wait_for_sync(5)
@@ -784,20 +790,19 @@ def test_client_requests_share_the_rate_limit(api: FakeApiServer) -> None:
 
 
 class _GatedBinds:
-    """Holds the binds of some pods until released, as a slow API server would."""
+    """Holds the binds of some pods at the API server until released, as a slow API
+    server would; ``sent`` names the pods whose binds arrived, in order."""
 
-    def __init__(self, client: KubeClient, *names: str) -> None:
+    def __init__(self, api: FakeApiServer, *names: str) -> None:
         self.names = set(names)
         self.release = threading.Event()
         self.sent: list[str] = []
-        self._real = client.bind
-        client.bind = self  # type: ignore[method-assign]
+        api.on_bind = self
 
-    def __call__(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+    def __call__(self, namespace: str, name: str) -> None:
         self.sent.append(name)
         if name in self.names:
             assert self.release.wait(20)
-        self._real(namespace, name, node, uid)
 
 
 def _looping(sched: Scheduler) -> threading.Thread:
@@ -846,7 +851,7 @@ def test_binds_in_flight_do_not_hold_up_the_loop(api: FakeApiServer, client: Kub
     api.put(f.queue("q"))
     for o in f.gang("slow", 1, gpus=1):
         api.put(o)
-    gate = _GatedBinds(client, "slow-0")
+    gate = _GatedBinds(api, "slow-0")
     sched = Scheduler(client, _options())
     runner = _looping(sched)
     try:
@@ -889,7 +894,7 @@ def test_a_failed_bind_makes_the_pod_pending_again(api: FakeApiServer, client: K
     api.put(f.queue("q"))
     api.put(f.pod("f1", queue="q", fraction=0.5))
     api.fail[("binding", "default/f1")] = 500
-    gate = _GatedBinds(client, "f1")
+    gate = _GatedBinds(api, "f1")
     sched = Scheduler(client, _options(bind_attempts=1))
     runner = _looping(sched)
     try:
@@ -935,7 +940,7 @@ def test_losing_the_lease_stops_the_binds(api: FakeApiServer, client: KubeClient
     api.put(f.queue("q"))
     for i in range(4):
         api.put(f.pod(f"p{i}", queue="q", gpus=1))
-    gate = _GatedBinds(client, "p0")
+    gate = _GatedBinds(api, "p0")
     sched = Scheduler(client, _options(bind_workers=1))
     lease = _Lease()
     sched.elector = lease  # type: ignore[assignment]
@@ -959,7 +964,7 @@ def test_shutdown_waits_for_the_binds_in_flight(api: FakeApiServer, client: Kube
     api.put(f.queue("q"))
     for o in f.gang("g", 2, gpus=1):
         api.put(o)
-    gate = _GatedBinds(client, "g-0", "g-1")
+    gate = _GatedBinds(api, "g-0", "g-1")
     sched = Scheduler(client, _options())
     runner = _looping(sched)
     try:

@@ -50,6 +50,7 @@ from kai.engine import (
 )
 from kai.k8s.cache import POD_GROUP_ANNOTATION, CacheSnapshot, ClusterCache
 from kai.k8s.client import POD_GROUP, KubeClient, status_of
+from kai.k8s.connections import PipelineRequest
 from kai.k8s.metrics import SchedulerMetrics
 from kai.snapshot.builder import GPU_GROUP_LABEL
 
@@ -92,14 +93,19 @@ def _controller_owned(raw: dict) -> bool:
     return any(isinstance(r, dict) and r.get("controller") for r in refs)
 
 
+def retryable(err: BaseException) -> bool:
+    """A connection error, 429 or 5xx: worth sending again."""
+    code = status_of(err)
+    return code == 0 or code == 429 or code >= 500
+
+
 def with_retries(fn: Callable[[], Any], attempts: int, backoff: float) -> Any:
     """Retry connection errors, 429 and 5xx with exponential backoff; others fail at once."""
     for attempt in range(attempts):
         try:
             return fn()
         except Exception as err:
-            code = status_of(err)
-            if (code != 0 and code != 429 and code < 500) or attempt == attempts - 1:
+            if not retryable(err) or attempt == attempts - 1:
                 raise
             time.sleep(backoff * 2**attempt)
     return None
@@ -383,12 +389,21 @@ class _Batch:
 
 
 class _BindQueue:
-    """Binds handed over by the cycles.  Workers take them from the cycles in flight in
-    turn, so a later cycle's few binds do not queue behind an earlier cycle's thousands."""
+    """Binds handed over by the cycles.  They are taken from the cycles in flight in
+    turn, so a later cycle's few binds do not queue behind an earlier cycle's thousands.
 
-    def __init__(self, workers: int, send: Callable[[_Batch, Any, _Gang], None]) -> None:
+    Taken by ``workers`` threads that each send one at a time, or, where the binder
+    pipelines its binds, by the pipeline's thread (:meth:`take`, woken by ``on_put``)."""
+
+    def __init__(
+        self,
+        workers: int,
+        send: Callable[[_Batch, Any, _Gang], None],
+        on_put: Callable[[], None] | None = None,
+    ) -> None:
         self.workers = max(1, workers)
         self._send = send
+        self._on_put = on_put
         self._cv = threading.Condition()
         self._ready: deque[_Batch] = deque()
         self._busy = 0
@@ -401,13 +416,36 @@ class _BindQueue:
             if self._closing:
                 return False
             self._ready.append(batch)
-            if not self._threads:
+            if self._on_put is None and not self._threads:
                 for i in range(self.workers):
                     t = threading.Thread(target=self._work, name=f"kai-bind-{i}", daemon=True)
                     t.start()
                     self._threads.append(t)
             self._cv.notify_all()
-            return True
+        if self._on_put is not None:
+            self._on_put()
+        return True
+
+    def _pop(self) -> tuple[_Batch, Any, _Gang]:
+        """The next bind (with the lock held and a batch ready); busy until finished."""
+        batch = self._ready.popleft()
+        decision, gang = batch.todo.popleft()
+        if batch.todo:
+            self._ready.append(batch)  # round robin between the cycles
+        self._busy += 1
+        return batch, decision, gang
+
+    def take(self) -> tuple[_Batch, Any, _Gang] | None:
+        """The next bind, without waiting; :meth:`finished` once it is done."""
+        with self._cv:
+            if self._closing or not self._ready:
+                return None
+            return self._pop()
+
+    def finished(self) -> None:
+        with self._cv:
+            self._busy -= 1
+            self._cv.notify_all()
 
     def _work(self) -> None:
         while True:
@@ -416,26 +454,20 @@ class _BindQueue:
                     self._cv.wait()
                 if self._closing:
                     return
-                batch = self._ready.popleft()
-                decision, gang = batch.todo.popleft()
-                if batch.todo:
-                    self._ready.append(batch)  # round robin between the cycles
-                self._busy += 1
+                batch, decision, gang = self._pop()
             try:
                 self._send(batch, decision, gang)
             except Exception:  # noqa: BLE001 - a worker never dies
                 log.exception("binding %s failed unexpectedly", decision.pod)
             finally:
-                with self._cv:
-                    self._busy -= 1
-                    self._cv.notify_all()
+                self.finished()
 
     def wait_idle(self, timeout: float | None) -> bool:
         with self._cv:
             return self._cv.wait_for(lambda: not self._ready and not self._busy, timeout)
 
     def waiting(self) -> bool:
-        """Binds wait for a worker (read without the lock: a hint)."""
+        """Binds wait to be sent (read without the lock: a hint)."""
         return bool(self._ready)
 
     def close(self, timeout: float) -> list[_Batch]:
@@ -484,7 +516,17 @@ class Binder:
         self.workers = workers
         # False once the lease is lost: nothing more is sent, queued binds are dropped.
         self.may_write = may_write
-        self._binds = _BindQueue(workers, self._send)
+        # Plain binds go through one thread that keeps ``workers`` of them in flight
+        # (connections.Pipeline); the rest, and every bind where the client cannot
+        # pipeline (through a proxy), on worker threads that each send one at a time.
+        self._pipeline = client.pipeline(workers, self._take_bind, name="kai-bind-io")
+        self._binds = _BindQueue(
+            workers,
+            self._send,
+            on_put=self._pipeline.wake if self._pipeline is not None else None,
+        )
+        self._workers: ThreadPoolExecutor | None = None  # the pipeline's, made when needed
+        self._closing = False
         # Writes wait for the waiting binds, ``write_hold`` seconds at most.
         self._writes = _WriteQueue(
             write_workers,
@@ -528,8 +570,13 @@ class Binder:
             log.warning(
                 "%d bind(s) still in flight after %.0fs at shutdown", self.binds_in_flight, timeout
             )
+        self._closing = True
         for batch in self._binds.close(5.0):
             batch.done.set()
+        if self._pipeline is not None:
+            self._pipeline.close(5.0)
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
         self._writes.close(5.0)
         if self._evict_pool is not None:
             self._evict_pool.shutdown(wait=True)
@@ -676,6 +723,13 @@ class Binder:
     def _send(self, batch: _Batch, d: Any, gang: _Gang) -> None:
         """One bind, on a worker; the last of its gang finishes the gang."""
         outcome, err, labelled = self._bind_one(batch, d, gang)
+        if self._record(d, gang, outcome, err, labelled):
+            self._finish_gang(batch, gang)
+
+    def _record(
+        self, d: Any, gang: _Gang, outcome: str, err: BaseException | None, labelled: bool
+    ) -> bool:
+        """A bind's outcome; True for the last of its gang."""
         with gang.lock:
             gang.outcomes[d.pod] = (outcome, err, labelled)
             if outcome == "bound":
@@ -687,8 +741,12 @@ class Binder:
             gang.left -= 1
             last = gang.left == 0
         self._count_sending(-1)
-        if last:
-            self._finish_gang(batch, gang)
+        return last
+
+    def _observe_waited(self, batch: _Batch, d: Any) -> None:
+        if (created_at := batch.created.get(d.pod)) is not None:
+            waited = (datetime.now(timezone.utc) - created_at).total_seconds()
+            self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
 
     def _bind_one(
         self, batch: _Batch, d: Any, gang: _Gang
@@ -709,9 +767,7 @@ class Binder:
                 labelled = self._label_gpu_group(ns, name, raw, d.gpu_groups[0])
             except Exception as err:  # noqa: BLE001 - reported per pod
                 return "failed", RuntimeError(f"labelling its GPU group failed: {err}"), False
-        if (created_at := batch.created.get(d.pod)) is not None:
-            waited = (datetime.now(timezone.utc) - created_at).total_seconds()
-            self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
+        self._observe_waited(batch, d)
         start = time.perf_counter()
         try:
             with_retries(
@@ -724,6 +780,104 @@ class Binder:
         finally:
             self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
         return "bound", None, labelled
+
+    # ------------------------------------------------------------------ pipelined binds
+    def _worker_pool(self) -> ThreadPoolExecutor:
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(self.workers, thread_name_prefix="kai-bind")
+        return self._workers
+
+    def _on_worker(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on a worker thread, then count its bind finished."""
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - a worker never dies
+                log.exception("binding failed unexpectedly")
+            finally:
+                self._binds.finished()
+
+        self._worker_pool().submit(run)
+
+    def _take_bind(self) -> PipelineRequest | None:
+        """The next bind for the pipeline, on its thread.  A bind that is not a lone
+        POST (a GPU group label first, a gang that failed, a lost lease) goes to a
+        worker as it would without the pipeline."""
+        assert self._pipeline is not None
+        while (item := self._binds.take()) is not None:
+            batch, d, gang = item
+            if d.gpu_groups or (gang.failed and gang.min_member > 1) or not self.may_write():
+                self._on_worker(self._send, batch, d, gang)
+                continue
+            ns, _, name = d.pod.partition("/")
+            uid = ((batch.snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
+            self._observe_waited(batch, d)
+            path, body, content_type = self.client.bind_request(ns, name, d.node, uid)
+            done = functools.partial(self._bind_answered, batch, d, gang, time.perf_counter())
+            return self._pipeline.request("POST", path, body, content_type, done)
+        return None
+
+    def _bind_answered(
+        self,
+        batch: _Batch,
+        d: Any,
+        gang: _Gang,
+        start: float,
+        _body: bytes | None,
+        err: BaseException | None,
+    ) -> None:
+        """A pipelined bind's answer, on the pipeline's thread: quick work only."""
+        if err is not None and not self._closing:
+            if self.client.protobuf_refused(err):
+                self._on_worker(self._send, batch, d, gang)  # again, in JSON
+                return
+            if retryable(err) and self.attempts > 1:
+                self._on_worker(self._retry_bind, batch, d, gang, start)
+                return
+        self._bind_done(batch, d, gang, start, err)
+
+    def _retry_bind(self, batch: _Batch, d: Any, gang: _Gang, start: float) -> None:
+        """The retries of a pipelined bind whose first try failed, on a worker."""
+        time.sleep(self.backoff)
+        ns, _, name = d.pod.partition("/")
+        uid = ((batch.snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
+        err: BaseException | None = None
+        try:
+            with_retries(
+                lambda: self.client.bind(ns, name, d.node, uid),
+                self.attempts - 1,
+                self.backoff * 2,
+            )
+        except Exception as exc:  # noqa: BLE001 - reported per pod
+            err = exc
+        self._bind_done(batch, d, gang, start, err, on_worker=True)
+
+    def _bind_done(
+        self,
+        batch: _Batch,
+        d: Any,
+        gang: _Gang,
+        start: float,
+        err: BaseException | None,
+        *,
+        on_worker: bool = False,
+    ) -> None:
+        self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
+        # A retry after a bind that went through but whose answer was lost.
+        if err is not None and _assigned_node(err) == d.node:
+            err = None
+        try:
+            if self._record(d, gang, "bound" if err is None else "failed", err, False):
+                if gang.failed and not on_worker:
+                    # A rollback deletes pods: not on the pipeline's thread.
+                    self._on_worker(self._finish_gang, batch, gang)
+                    return
+                self._finish_gang(batch, gang)
+        except Exception:  # noqa: BLE001 - the pipeline's thread must not die
+            log.exception("binding %s failed unexpectedly", d.pod)
+        if not on_worker:
+            self._binds.finished()
 
     def _label_gpu_group(self, ns: str, name: str, raw: dict, group: str) -> bool:
         """Record a shared-GPU pod's device group on the pod (label ``runai-gpu-group``,

@@ -37,7 +37,13 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from kai.k8s import protobuf
-from kai.k8s.connections import JSON, DirectConnections, api_error
+from kai.k8s.connections import (
+    JSON,
+    DirectConnections,
+    Pipeline,
+    PipelineRequest,
+    api_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -437,19 +443,15 @@ class KubeClient:
         return WatchStream(resp, kind)
 
     # ------------------------------------------------------------------ writes
-    def bind(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+    def bind_request(
+        self, namespace: str, name: str, node: str, uid: str | None = None
+    ) -> tuple[str, bytes, str]:
+        """The path, body and content type of a bind of pod ``namespace/name`` to
+        ``node`` (refused by the API server if ``uid`` is given and the pod of that name
+        has another): protobuf, unless the server refused it."""
         path = _pod_path(namespace, name) + "/binding"
         if self._protobuf_binds:
-            try:
-                self._write(
-                    "POST", path, protobuf.binding(namespace, name, node, uid), protobuf.PROTOBUF
-                )
-                return
-            except ApiException as err:
-                if err.status != 415:  # Unsupported Media Type: JSON from now on
-                    raise
-                log.info("the API server takes no protobuf bindings; binding with JSON")
-                self._protobuf_binds = False
+            return path, protobuf.binding(namespace, name, node, uid), protobuf.PROTOBUF
         metadata = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid  # refused if the pod was replaced under the same name
@@ -459,7 +461,37 @@ class KubeClient:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        self._write("POST", path, body)
+        return path, orjson.dumps(body), JSON
+
+    def protobuf_refused(self, err: BaseException) -> bool:
+        """True, once, when ``err`` says the server takes no protobuf bindings (415
+        Unsupported Media Type): binds go as JSON from now on."""
+        if not self._protobuf_binds or status_of(err) != 415:
+            return False
+        log.info("the API server takes no protobuf bindings; binding with JSON")
+        self._protobuf_binds = False
+        return True
+
+    def bind(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
+        """Bind and wait for the answer (see :meth:`bind_request`)."""
+        while True:
+            path, body, content_type = self.bind_request(namespace, name, node, uid)
+            try:
+                self._write("POST", path, body, content_type)
+                return
+            except ApiException as err:
+                if not self.protobuf_refused(err):
+                    raise
+
+    def pipeline(
+        self, width: int, take: Callable[[], PipelineRequest | None], *, name: str
+    ) -> Pipeline | None:
+        """Requests sent ``width`` at a time by one thread (:class:`Pipeline`), with this
+        client's credentials and rate limit; None where the generated client must send
+        them (:meth:`DirectConnections.usable`)."""
+        if self.direct is None:
+            return None
+        return Pipeline(self.direct, width, take, reserve=self.limiter.reserve, name=name)
 
     def evict(self, namespace: str, name: str) -> None:
         body = {

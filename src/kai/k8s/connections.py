@@ -15,12 +15,16 @@ which took most of a bind's CPU.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import logging
+import selectors
 import socket
 import ssl
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -71,6 +75,7 @@ class DirectConnections:
         self._lock = threading.Lock()
         self._open: set[_Connection] = set()
         self._auth: tuple[float, dict[str, str]] | None = None  # (monotonic expiry, headers)
+        self._auth_head = ""  # the headers of _auth as sent
 
     @staticmethod
     def usable(api_client: k8s.ApiClient) -> bool:
@@ -116,19 +121,41 @@ class DirectConnections:
             cached = self._auth = (now + AUTH_TTL_SECONDS, headers)
         return dict(cached[1])
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
-        """Send one request (``body``: JSON-serialisable, or bytes sent as they are); the
-        answer's body, or :class:`ApiException` for an answer
-        that is not 2xx (status, reason and body as the generated client gives them)."""
+    def message(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
+        """The whole request, ready to write: ``body`` is JSON-serialisable, or bytes
+        sent as they are."""
         payload = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
-        headers = self._auth_headers()
+        lines = [f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._head()}"]
         if body is not None:
-            headers["Content-Type"] = content_type
-        lines = [f"{method} {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
-        lines.extend(f"{k}: {v}" for k, v in headers.items())
+            lines.append(f"Content-Type: {content_type}\r\n")
         if payload or method in ("POST", "PUT", "PATCH"):
-            lines.append(f"Content-Length: {len(payload)}")
-        message = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
+            lines.append(f"Content-Length: {len(payload)}\r\n")
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1") + payload
+
+    def _head(self) -> str:
+        """The Host line and the headers of every request, credentials included (kept
+        as long as the credentials are)."""
+        cached = self._auth
+        if cached is None or time.monotonic() >= cached[0]:
+            headers = self._auth_headers()
+            head = f"Host: {self._host_header}\r\n"
+            self._auth_head = head + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        return self._auth_head
+
+    def body_of(self, answer: Answer) -> bytes:
+        """The body of a 2xx answer; :class:`ApiException` for any other (status,
+        reason and body as the generated client gives them)."""
+        if 200 <= answer.status < 300:
+            return answer.body
+        if answer.status == 401:
+            self._auth = None  # credentials may have been renewed: read them again
+        raise api_error(answer.status, answer.reason, answer.body, answer.headers)
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
+        """Send one request and wait for it (see :meth:`message`); the answer's body, or
+        :class:`ApiException` for an answer that is not 2xx."""
+        message = self.message(method, path, body, content_type)
         conn = getattr(self._local, "conn", None)
         fresh = conn is None
         while True:
@@ -148,11 +175,15 @@ class DirectConnections:
                 raise
             if resp.will_close:
                 self._drop(conn)
-            if 200 <= resp.status < 300:
-                return resp.body
-            if resp.status == 401:
-                self._auth = None  # credentials may have been renewed: read them again
-            raise api_error(resp.status, resp.reason, resp.body, resp.headers)
+            return self.body_of(resp)
+
+    def connect(self) -> _Connection:
+        """A new connection, not bound to the calling thread (see :class:`Pipeline`)."""
+        return _Connection(self._host, self._port, self._timeout, self._ssl)
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
 
     def close(self) -> None:
         """Close every thread's connection."""
@@ -162,11 +193,311 @@ class DirectConnections:
             conn.close()
 
 
-#: The longest status or header line read (as http.client's limit).
-_MAX_LINE = 65536
+class PipelineRequest:
+    """One request for a :class:`Pipeline`, and what to call with its outcome: the body
+    of a 2xx answer, or the error (:class:`ApiException` for any other answer)."""
+
+    __slots__ = ("message", "done", "deadline", "retried")
+
+    def __init__(
+        self, message: bytes, done: Callable[[bytes | None, BaseException | None], None]
+    ) -> None:
+        self.message = message
+        self.done = done
+        self.deadline = 0.0
+        self.retried = False  # sent again once on a new connection (a stale keep-alive)
 
 
-class _Answer:
+class _Slot:
+    """A connection of the pipeline and the request it carries."""
+
+    __slots__ = ("conn", "request", "out", "reused", "events")
+
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+        self.events = selectors.EVENT_READ  # those it is registered for
+        self.request: PipelineRequest | None = None
+        self.out = memoryview(b"")  # the part of the request not written yet
+        self.reused = False  # it carried an answer before this request
+
+
+class Pipeline:
+    """Requests sent and answered by one thread: up to ``width`` at once, each on a
+    keep-alive connection of its own (HTTP/1.1 answers one request at a time).
+
+    Thousands of binds through as many blocking threads cost each bind two thread
+    wake-ups and a turn at the GIL; here one ``select`` hands over every answer that
+    has come.  The thread asks ``take`` for the next request whenever a connection is
+    free, and :meth:`wake` tells it that there may be one.  ``reserve`` takes a token of
+    the client's rate limit and says how long to wait for it.  ``done`` callbacks run on
+    the pipeline's thread: they must be quick and must not block.
+    """
+
+    def __init__(
+        self,
+        direct: DirectConnections,
+        width: int,
+        take: Callable[[], PipelineRequest | None],
+        *,
+        reserve: Callable[[], float] = lambda: 0.0,
+        name: str = "kai-pipeline",
+    ) -> None:
+        self.direct = direct
+        self.width = max(1, width)
+        self._take = take
+        self._reserve = reserve
+        self._name = name
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._stop_by = 0.0
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._idle: list[_Slot] = []
+        self._busy: set[_Slot] = set()
+        self._delayed: deque[tuple[float, PipelineRequest]] = deque()  # waiting for a token
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        done: Callable[[bytes | None, BaseException | None], None],
+    ) -> PipelineRequest:
+        """A request for ``take`` to return (see :meth:`DirectConnections.message`)."""
+        return PipelineRequest(self.direct.message(method, path, body, content_type), done)
+
+    def wake(self) -> None:
+        """There may be requests to take (from any thread)."""
+        with self._lock:
+            if self._stopping:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wake-up is pending already, or the pipeline is closing
+
+    def close(self, timeout: float) -> None:
+        """Take no more requests; wait ``timeout`` seconds at most for those in flight,
+        then fail the rest and close the connections."""
+        with self._lock:
+            self._stopping = True
+            self._stop_by = time.monotonic() + timeout
+            thread = self._thread
+        if thread is None:
+            self._close_all()
+            return
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+        thread.join(timeout + 1.0)
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                stopping, stop_by = self._stopping, self._stop_by
+            now = time.monotonic()
+            if stopping:
+                while self._delayed:
+                    self._finish(self._delayed.popleft()[1], None, _closing())
+                if not self._busy or now >= stop_by:
+                    break
+            else:
+                self._send_due(now)
+                self._fill(now)
+            wait = self._wait(now)
+            if stopping:
+                wait = max(0.0, min(stop_by - now, wait if wait is not None else stop_by - now))
+            for key, _ in self._selector.select(wait):
+                if key.data is None:
+                    with contextlib.suppress(OSError):
+                        while self._wake_r.recv(4096):
+                            pass
+                else:
+                    self._ready(key.data)
+            self._expire(time.monotonic())
+        for slot in list(self._busy):
+            request = slot.request
+            self._drop(slot)
+            if request is not None:
+                self._finish(request, None, _closing())
+        self._close_all()
+
+    def _wait(self, now: float) -> float | None:
+        due = [r.deadline for r in (s.request for s in self._busy) if r is not None]
+        if self._delayed:
+            due.append(self._delayed[0][0])
+        return max(0.0, min(due) - now) if due else None
+
+    def _fill(self, now: float) -> None:
+        while len(self._busy) + len(self._delayed) < self.width:
+            try:
+                request = self._take()
+            except Exception:  # noqa: BLE001 - the thread must not die
+                log.exception("%s: taking a request failed", self._name)
+                return
+            if request is None:
+                return
+            wait = self._reserve()
+            if wait > 0 or self._delayed:  # in order, behind those waiting already
+                self._delayed.append((now + wait, request))
+            else:
+                self._send(request)
+
+    def _send_due(self, now: float) -> None:
+        while self._delayed and self._delayed[0][0] <= now:
+            self._send(self._delayed.popleft()[1])
+
+    def _send(self, request: PipelineRequest, *, fresh: bool = False) -> None:
+        slot = None if fresh or not self._idle else self._idle.pop()
+        if slot is None:
+            try:
+                conn = self.direct.connect()
+                conn.sock.setblocking(False)
+            except Exception as err:  # noqa: BLE001 - the request's outcome
+                self._finish(request, None, err)
+                return
+            slot = _Slot(conn)
+            self._selector.register(conn.sock, selectors.EVENT_READ, slot)
+        else:
+            slot.reused = True
+        request.deadline = time.monotonic() + self.direct.timeout
+        slot.request = request
+        slot.out = memoryview(request.message)
+        self._busy.add(slot)
+        self._write(slot)
+
+    def _write(self, slot: _Slot) -> None:
+        try:
+            while slot.out:
+                slot.out = slot.out[slot.conn.sock.send(slot.out) :]
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            pass
+        except OSError as err:
+            self._failed(slot, err)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if slot.out else 0)
+        if events != slot.events:
+            self._selector.modify(slot.conn.sock, events, slot)
+            slot.events = events
+
+    def _ready(self, slot: _Slot) -> None:
+        if slot.out:
+            self._write(slot)
+            if slot.out or slot.request is None:
+                return
+        conn = slot.conn
+        eof = False
+        sock = conn.sock
+        try:
+            while True:
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    eof = True
+                    break
+                conn.buf += data
+                # Read on while TLS holds decrypted bytes or the read filled the buffer;
+                # anything else shows as readable again (epoll is level-triggered).
+                if (
+                    sock.pending() == 0
+                    if isinstance(sock, ssl.SSLSocket)
+                    else len(data) < _READ_SIZE
+                ):
+                    break
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        except OSError as err:
+            self._failed(slot, err)
+            return
+        request = slot.request
+        if request is None:  # an idle connection the server closes (or talks on)
+            self._idle.remove(slot)
+            self._drop(slot)
+            return
+        try:
+            parsed = parse_answer(conn.buf, eof=eof)
+        except Exception as err:  # noqa: BLE001 - the request's outcome
+            self._failed(slot, err)
+            return
+        if parsed is None:
+            return
+        answer, used = parsed
+        del conn.buf[:used]
+        slot.request = None
+        self._busy.discard(slot)
+        if answer.will_close or eof or conn.buf:
+            self._drop(slot)
+        else:
+            self._idle.append(slot)
+        try:
+            body = self.direct.body_of(answer)
+        except ApiException as err:
+            self._finish(request, None, err)
+        else:
+            self._finish(request, body, None)
+
+    def _failed(self, slot: _Slot, err: BaseException) -> None:
+        request = slot.request
+        stale = slot.reused and not slot.conn.buf
+        self._drop(slot)
+        if request is None:
+            return
+        if stale and isinstance(err, _STALE) and not request.retried:
+            request.retried = True  # the server closed it while idle: never received
+            self._send(request, fresh=True)
+        else:
+            self._finish(request, None, err)
+
+    def _expire(self, now: float) -> None:
+        for slot in [s for s in self._busy if s.request is not None and s.request.deadline <= now]:
+            request = slot.request
+            self._drop(slot)
+            assert request is not None
+            self._finish(request, None, TimeoutError(f"no answer in {self.direct.timeout:g}s"))
+
+    def _drop(self, slot: _Slot) -> None:
+        slot.request = None
+        self._busy.discard(slot)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(slot.conn.sock)
+        slot.conn.close()
+
+    def _finish(
+        self, request: PipelineRequest, body: bytes | None, err: BaseException | None
+    ) -> None:
+        try:
+            request.done(body, err)
+        except Exception:  # noqa: BLE001 - the thread must not die
+            log.exception("%s: a request's callback failed", self._name)
+
+    def _close_all(self) -> None:
+        for slot in self._idle:
+            self._drop(slot)
+        self._idle.clear()
+        with contextlib.suppress(OSError):
+            self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+
+def _closing() -> BaseException:
+    return ConnectionAbortedError("the pipeline is closing")
+
+
+#: The longest head (status line and headers) read, as http.client's line limit.
+_MAX_HEAD = 65536
+
+
+class Answer:
+    """One HTTP answer, read whole."""
+
     __slots__ = ("status", "reason", "headers", "body", "will_close")
 
     def __init__(
@@ -177,6 +508,89 @@ class _Answer:
         self.headers = headers  # names in lower case
         self.body = body
         self.will_close = will_close
+
+
+def parse_answer(
+    buf: bytes | bytearray, *, head_only: bool = False, eof: bool = False
+) -> tuple[Answer, int] | None:
+    """The first whole answer at the start of ``buf`` and how many bytes it took, or
+    None when more must be read.  Informational answers (100 Continue) are skipped.
+    ``eof``: nothing more will come, so an answer cut short raises, and an answer
+    without a length ends here."""
+    pos = 0
+    while True:
+        end = buf.find(b"\r\n\r\n", pos)
+        if end < 0:
+            if len(buf) - pos > _MAX_HEAD:
+                raise http.client.LineTooLong("header line")
+            if not eof:
+                return None
+            if pos == len(buf):
+                raise http.client.RemoteDisconnected(
+                    "Remote end closed connection without response"
+                )
+            raise http.client.IncompleteRead(bytes(buf[pos:]))
+        status_line, *header_lines = bytes(buf[pos:end]).decode("latin-1").split("\r\n")
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise http.client.BadStatusLine(status_line)
+        version, status = parts[0], int(parts[1])
+        reason = parts[2] if len(parts) > 2 else ""
+        pos = end + 4
+        if 100 <= status < 200 and status != 101:
+            continue  # 100 Continue and the like: the answer follows
+        break
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    connection = headers.get("connection", "").lower()
+    will_close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
+    if head_only or status in (204, 304):
+        return Answer(status, reason, headers, b"", will_close), pos
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        chunked = _chunked(buf, pos, eof)
+        if chunked is None:
+            return None
+        body, pos = chunked
+    elif "content-length" in headers:
+        length = int(headers["content-length"])
+        if len(buf) - pos < length:
+            if eof:
+                raise http.client.IncompleteRead(bytes(buf[pos:]), length - (len(buf) - pos))
+            return None
+        body, pos = bytes(buf[pos : pos + length]), pos + length
+    else:
+        if not eof:
+            return None  # until the server closes
+        body, pos, will_close = bytes(buf[pos:]), len(buf), True
+    return Answer(status, reason, headers, body, will_close), pos
+
+
+def _chunked(buf: bytes | bytearray, pos: int, eof: bool) -> tuple[bytes, int] | None:
+    """A chunked body starting at ``pos``: its bytes and where it ends, or None."""
+    parts: list[bytes] = []
+    while True:
+        line_end = buf.find(b"\r\n", pos)
+        if line_end < 0:
+            break
+        size = int(bytes(buf[pos:line_end]).split(b";", 1)[0].strip(), 16)
+        pos = line_end + 2
+        if size == 0:
+            trailers_end = buf.find(b"\r\n", pos)
+            while trailers_end > pos:  # trailers, up to an empty line
+                pos = trailers_end + 2
+                trailers_end = buf.find(b"\r\n", pos)
+            if trailers_end < 0:
+                break
+            return b"".join(parts), trailers_end + 2
+        if len(buf) < pos + size + 2:
+            break
+        parts.append(bytes(buf[pos : pos + size]))
+        pos += size + 2  # the chunk and its CRLF
+    if eof:
+        raise http.client.IncompleteRead(b"".join(parts))
+    return None
 
 
 class _Connection:
@@ -194,71 +608,27 @@ class _Connection:
             sock.close()
             raise
         self.sock = sock
-        self.rfile = sock.makefile("rb")
+        self.buf = bytearray()  # read and not parsed yet
 
     def close(self) -> None:
-        self.rfile.close()
         self.sock.close()
 
-    def _line(self) -> bytes:
-        line = self.rfile.readline(_MAX_LINE + 1)
-        if len(line) > _MAX_LINE:
-            raise http.client.LineTooLong("header line")
-        return line
-
-    def exchange(self, message: bytes, *, head_only: bool = False) -> _Answer:
-        """Send one request and read its answer (informational answers skipped)."""
+    def exchange(self, message: bytes, *, head_only: bool = False) -> Answer:
+        """Send one request and wait for its answer."""
         self.sock.sendall(message)
+        eof = False
         while True:
-            line = self._line()
-            if not line:
-                raise http.client.RemoteDisconnected(
-                    "Remote end closed connection without response"
-                )
-            parts = line.decode("latin-1").rstrip("\r\n").split(None, 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-                raise http.client.BadStatusLine(line.decode("latin-1"))
-            version, status = parts[0], int(parts[1])
-            reason = parts[2] if len(parts) > 2 else ""
-            headers: dict[str, str] = {}
-            while True:
-                header = self._line()
-                if header in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = header.decode("latin-1").partition(":")
-                headers[name.strip().lower()] = value.strip()
-            if 100 <= status < 200 and status != 101:
-                continue  # 100 Continue and the like: the answer follows
-            break
-        connection = headers.get("connection", "").lower()
-        will_close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
-        if head_only or status in (204, 304):
-            body = b""
-        elif "chunked" in headers.get("transfer-encoding", "").lower():
-            body = self._chunked()
-        elif "content-length" in headers:
-            length = int(headers["content-length"])
-            body = self.rfile.read(length)
-            if len(body) < length:
-                raise http.client.IncompleteRead(body, length - len(body))
-        else:
-            body = self.rfile.read()  # until the server closes
-            will_close = True
-        return _Answer(status, reason, headers, body, will_close)
+            parsed = parse_answer(self.buf, head_only=head_only, eof=eof)
+            if parsed is not None:
+                answer, used = parsed
+                del self.buf[:used]
+                return answer
+            data = self.sock.recv(_READ_SIZE)
+            if data:
+                self.buf += data
+            else:
+                eof = True
 
-    def _chunked(self) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            size_line = self._line()
-            if not size_line:
-                raise http.client.IncompleteRead(b"".join(parts))
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-            if size == 0:
-                while self._line() not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(parts)
-            chunk = self.rfile.read(size)
-            if len(chunk) < size:
-                raise http.client.IncompleteRead(b"".join(parts) + chunk, size - len(chunk))
-            parts.append(chunk)
-            self._line()  # the CRLF after the chunk
+
+#: How much one read asks for.
+_READ_SIZE = 65536

@@ -22,6 +22,8 @@ MAGIC = b"k8s\x00"
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return bytes((value,))
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -42,15 +44,20 @@ def _text(number: int, value: str) -> bytes:
     return _field(number, value.encode()) if value else b""
 
 
+# The parts of a Binding that are the same in every bind.
+_NODE_KIND = _text(1, "Node")
+_V1 = _text(5, "v1")
+_BINDING_TYPE = _field(1, _text(1, "v1") + _text(2, "Binding"))
+
+
 def binding(namespace: str, name: str, node: str, uid: str | None = None) -> bytes:
     """The body of a bind of pod ``namespace/name`` to ``node`` (refused by the API
     server if ``uid`` is given and the pod of that name has another)."""
     # ObjectMeta: name 1, namespace 3, uid 5.
     meta = _text(1, name) + _text(3, namespace) + _text(5, uid or "")
     # ObjectReference: kind 1, name 3, apiVersion 5.
-    target = _text(1, "Node") + _text(3, node) + _text(5, "v1")
+    target = _NODE_KIND + _text(3, node) + _V1
     # Binding: metadata 1, target 2.
     raw = _field(1, meta) + _field(2, target)
     # runtime.Unknown: typeMeta 1 (TypeMeta: apiVersion 1, kind 2), raw 2.
-    type_meta = _text(1, "v1") + _text(2, "Binding")
-    return MAGIC + _field(1, type_meta) + _field(2, raw)
+    return MAGIC + _BINDING_TYPE + _field(2, raw)
