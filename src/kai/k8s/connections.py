@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import itertools
 import logging
 import selectors
 import socket
@@ -257,7 +258,9 @@ class Pipeline:
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._idle: list[_Slot] = []
-        self._busy: set[_Slot] = set()
+        # Connections with a request in flight, oldest first: every request waits as
+        # long, so the first one is the next to time out.
+        self._busy: dict[_Slot, None] = {}
         self._delayed: deque[tuple[float, PipelineRequest]] = deque()  # waiting for a token
 
     def request(
@@ -331,7 +334,7 @@ class Pipeline:
         self._close_all()
 
     def _wait(self, now: float) -> float | None:
-        due = [r.deadline for r in (s.request for s in self._busy) if r is not None]
+        due = [slot.request.deadline for slot in itertools.islice(self._busy, 1) if slot.request]
         if self._delayed:
             due.append(self._delayed[0][0])
         return max(0.0, min(due) - now) if due else None
@@ -371,7 +374,7 @@ class Pipeline:
         request.deadline = time.monotonic() + self.direct.timeout
         slot.request = request
         slot.out = memoryview(request.message)
-        self._busy.add(slot)
+        self._busy[slot] = None
         self._write(slot)
 
     def _write(self, slot: _Slot) -> None:
@@ -431,7 +434,7 @@ class Pipeline:
         answer, used = parsed
         del conn.buf[:used]
         slot.request = None
-        self._busy.discard(slot)
+        del self._busy[slot]
         if answer.will_close or eof or conn.buf:
             self._drop(slot)
         else:
@@ -456,15 +459,18 @@ class Pipeline:
             self._finish(request, None, err)
 
     def _expire(self, now: float) -> None:
-        for slot in [s for s in self._busy if s.request is not None and s.request.deadline <= now]:
+        while self._busy:
+            slot = next(iter(self._busy))
             request = slot.request
+            if request is not None and request.deadline > now:
+                return
             self._drop(slot)
-            assert request is not None
-            self._finish(request, None, TimeoutError(f"no answer in {self.direct.timeout:g}s"))
+            if request is not None:
+                self._finish(request, None, TimeoutError(f"no answer in {self.direct.timeout:g}s"))
 
     def _drop(self, slot: _Slot) -> None:
         slot.request = None
-        self._busy.discard(slot)
+        self._busy.pop(slot, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._selector.unregister(slot.conn.sock)
         slot.conn.close()
