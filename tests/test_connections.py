@@ -337,6 +337,54 @@ def test_a_pipeline_gives_up_on_a_silent_server_and_on_closing() -> None:
     silent.close()
 
 
+def test_a_connection_that_hangs_holds_up_only_its_own_request(
+    server: RecordingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Connecting blocks (an unreachable server answers no SYN): the other requests go on
+    # on the connections that work.
+    import threading
+
+    client = _client(server)
+    direct = client.direct
+    assert direct is not None
+    release, connects, real = threading.Event(), [0], direct.connect
+
+    def connect():  # noqa: ANN202
+        connects[0] += 1
+        if connects[0] == 1:
+            assert release.wait(10)
+        return real()
+
+    monkeypatch.setattr(direct, "connect", connect)
+    todo, done = list(range(6)), {}
+    lock = threading.Condition()
+
+    def take():  # noqa: ANN202
+        if not todo:
+            return None
+        i = todo.pop(0)
+
+        def answered(body: bytes | None, err: BaseException | None) -> None:
+            with lock:
+                done[i] = err
+                lock.notify_all()
+
+        return pipeline.request("POST", f"/x{i}", {"n": i}, "application/json", answered)
+
+    pipeline = client.pipeline(3, take, name="test-pipeline")
+    assert pipeline is not None
+    pipeline.wake()
+    with lock:
+        assert lock.wait_for(lambda: len(done) == 5, 10)  # all but the stuck one
+    assert 0 not in done
+    release.set()
+    with lock:
+        assert lock.wait_for(lambda: len(done) == 6, 10)
+    assert set(done.values()) == {None}
+    pipeline.close(1.0)
+    client.close()
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_answers_split_anywhere_parse_alike(seed: int) -> None:
     from kai.k8s.connections import parse_answer

@@ -252,6 +252,7 @@ class Pipeline:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._stop_by = 0.0
+        self._ended = False  # the thread has ended: connections made later are closed
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -262,6 +263,11 @@ class Pipeline:
         # long, so the first one is the next to time out.
         self._busy: dict[_Slot, None] = {}
         self._delayed: deque[tuple[float, PipelineRequest]] = deque()  # waiting for a token
+        self._connecting = 0  # requests waiting for a new connection
+        # New connections (or why there is none), from the connecting threads.
+        self._connected: deque[tuple[PipelineRequest, _Connection | None, BaseException | None]] = (
+            deque()
+        )
 
     def request(
         self,
@@ -310,7 +316,7 @@ class Pipeline:
             if stopping:
                 while self._delayed:
                     self._finish(self._delayed.popleft()[1], None, _closing())
-                if not self._busy or now >= stop_by:
+                if (not self._busy and not self._connecting) or now >= stop_by:
                     break
             else:
                 self._send_due(now)
@@ -325,7 +331,11 @@ class Pipeline:
                             pass
                 else:
                     self._ready(key.data)
+            self._take_connected(stopping)
             self._expire(time.monotonic())
+        with self._lock:
+            self._ended = True
+        self._take_connected(True)
         for slot in list(self._busy):
             request = slot.request
             self._drop(slot)
@@ -340,7 +350,7 @@ class Pipeline:
         return max(0.0, min(due) - now) if due else None
 
     def _fill(self, now: float) -> None:
-        while len(self._busy) + len(self._delayed) < self.width:
+        while len(self._busy) + len(self._delayed) + self._connecting < self.width:
             try:
                 request = self._take()
             except Exception:  # noqa: BLE001 - the thread must not die
@@ -359,18 +369,53 @@ class Pipeline:
             self._send(self._delayed.popleft()[1])
 
     def _send(self, request: PipelineRequest, *, fresh: bool = False) -> None:
-        slot = None if fresh or not self._idle else self._idle.pop()
-        if slot is None:
-            try:
-                conn = self.direct.connect()
-                conn.sock.setblocking(False)
-            except Exception as err:  # noqa: BLE001 - the request's outcome
-                self._finish(request, None, err)
+        if fresh or not self._idle:
+            # Connecting (and the TLS handshake) blocks: on a thread of its own, so an
+            # unreachable server holds up that request only.
+            self._connecting += 1
+            threading.Thread(
+                target=self._connect, args=(request,), name=f"{self._name}-connect", daemon=True
+            ).start()
+            return
+        slot = self._idle.pop()
+        slot.reused = True
+        self._start(slot, request)
+
+    def _connect(self, request: PipelineRequest) -> None:
+        """On a connecting thread: a new connection for ``request``, handed to the
+        pipeline's thread."""
+        conn: _Connection | None = None
+        err: BaseException | None = None
+        try:
+            conn = self.direct.connect()
+            conn.sock.setblocking(False)
+        except Exception as exc:  # noqa: BLE001 - the request's outcome
+            err = exc
+        with self._lock:
+            if not self._ended:
+                self._connected.append((request, conn, err))
+                with contextlib.suppress(OSError):
+                    self._wake_w.send(b"\0")
                 return
+        # The pipeline's thread is gone: the request ends here.
+        if conn is not None:
+            conn.close()
+        self._finish(request, None, err or _closing())
+
+    def _take_connected(self, stopping: bool) -> None:
+        while self._connected:
+            request, conn, err = self._connected.popleft()
+            self._connecting -= 1
+            if conn is None or stopping:
+                if conn is not None:
+                    conn.close()
+                self._finish(request, None, err or _closing())
+                continue
             slot = _Slot(conn)
             self._selector.register(conn.sock, selectors.EVENT_READ, slot)
-        else:
-            slot.reused = True
+            self._start(slot, request)
+
+    def _start(self, slot: _Slot, request: PipelineRequest) -> None:
         request.deadline = time.monotonic() + self.direct.timeout
         slot.request = request
         slot.out = memoryview(request.message)
