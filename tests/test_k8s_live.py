@@ -846,6 +846,30 @@ def test_binds_fall_back_to_json_where_protobuf_is_refused(
     assert _bind_content_types(api) == [protobuf, json_, json_]  # asked once
 
 
+def test_binds_in_flight_when_protobuf_is_refused_are_sent_again_as_json(
+    api: FakeApiServer, client: KubeClient
+) -> None:
+    # Every bind of the cycle is on the wire in protobuf before the first 415 comes back:
+    # each one refused is sent again in JSON, none fails.
+    api.protobuf = False
+    api.put(f.node("n1", gpus=8))
+    api.put(f.queue("q"))
+    for i in range(6):
+        api.put(f.pod(f"p{i}", queue="q", gpus=1))
+    sched = Scheduler(client, _options())
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        report = sched.cycle()
+    finally:
+        sched.shutdown()
+    assert report.applied.bind_failed == {}
+    assert [_node_of(api, f"p{i}") for i in range(6)] == ["n1"] * 6
+    types = _bind_content_types(api)
+    assert types.count("application/json") == 6
+    assert sched.metrics.bind_failures._value.get() == 0
+
+
 def test_binds_in_flight_do_not_hold_up_the_loop(api: FakeApiServer, client: KubeClient) -> None:
     api.put(f.node("n1", gpus=2))
     api.put(f.queue("q"))

@@ -814,7 +814,9 @@ class Binder:
             uid = ((batch.snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
             self._observe_waited(batch, d)
             path, body, content_type = self.client.bind_request(ns, name, d.node, uid)
-            done = functools.partial(self._bind_answered, batch, d, gang, time.perf_counter())
+            done = functools.partial(
+                self._bind_answered, batch, d, gang, content_type, time.perf_counter()
+            )
             return self._pipeline.request("POST", path, body, content_type, done)
         return None
 
@@ -823,13 +825,14 @@ class Binder:
         batch: _Batch,
         d: Any,
         gang: _Gang,
+        content_type: str,
         start: float,
         _body: bytes | None,
         err: BaseException | None,
     ) -> None:
         """A pipelined bind's answer, on the pipeline's thread: quick work only."""
         if err is not None and not self._closing:
-            if self.client.protobuf_refused(err):
+            if self.client.protobuf_refused(err, content_type):
                 self._on_worker(self._send, batch, d, gang)  # again, in JSON
                 return
             if retryable(err) and self.attempts > 1:

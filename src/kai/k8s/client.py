@@ -463,13 +463,15 @@ class KubeClient:
         }
         return path, orjson.dumps(body), JSON
 
-    def protobuf_refused(self, err: BaseException) -> bool:
-        """True, once, when ``err`` says the server takes no protobuf bindings (415
-        Unsupported Media Type): binds go as JSON from now on."""
-        if not self._protobuf_binds or status_of(err) != 415:
+    def protobuf_refused(self, err: BaseException, content_type: str) -> bool:
+        """True when ``err`` answered a protobuf body with 415 Unsupported Media Type:
+        the server takes no protobuf bindings, so binds go as JSON from now on (and this
+        one must be sent again)."""
+        if content_type != protobuf.PROTOBUF or status_of(err) != 415:
             return False
-        log.info("the API server takes no protobuf bindings; binding with JSON")
-        self._protobuf_binds = False
+        if self._protobuf_binds:
+            log.info("the API server takes no protobuf bindings; binding with JSON")
+            self._protobuf_binds = False
         return True
 
     def bind(self, namespace: str, name: str, node: str, uid: str | None = None) -> None:
@@ -480,7 +482,7 @@ class KubeClient:
                 self._write("POST", path, body, content_type)
                 return
             except ApiException as err:
-                if not self.protobuf_refused(err):
+                if not self.protobuf_refused(err, content_type):
                     raise
 
     def pipeline(
