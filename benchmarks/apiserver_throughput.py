@@ -20,6 +20,7 @@ its cycles, and its mean bind latency (``kai_task_bind_latency_milliseconds``).
     python benchmarks/apiserver_throughput.py --nodes 1000 --pods 5000
     python benchmarks/apiserver_throughput.py --nodes 5000 --pods 10000 --json out.json
     python benchmarks/apiserver_throughput.py --variants kai --py-spy kai.txt
+    python benchmarks/apiserver_throughput.py --variants kube-scheduler,kai --rounds 3
 
 This is a benchmark, not a test: it prints one JSON line per variant and a table.
 """
@@ -31,6 +32,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -389,6 +391,7 @@ def run_variant(variant: str, args: argparse.Namespace, bin_dir: Path) -> dict[s
 
 
 _COLUMNS = (
+    ("round", "round"),
     ("variant", "variant"),
     ("nodes", "nodes"),
     ("pods", "pods"),
@@ -403,19 +406,30 @@ _COLUMNS = (
 
 
 def table(results: list[dict[str, Any]]) -> str:
+    """The results, a row each; then, per round, kai's pods/s against kube-scheduler's
+    and the gangs' time per pod against kai's, and over several rounds their medians."""
     rows = [[h for h, _ in _COLUMNS]]
     rows += [[str(r.get(k, "")) for _, k in _COLUMNS] for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-    out = "\n".join(lines)
-    by = {r["variant"]: r for r in results}
-    kube, kai, gang = by.get("kube-scheduler"), by.get("kai"), by.get("kai-gang")
-    if kube and kai and kube.get("pods_per_s") and kai.get("pods_per_s"):
-        out += f"\nkai / kube-scheduler pods/s: {kai['pods_per_s'] / kube['pods_per_s']:.2f}x"
-    if kai and gang and kai.get("ms_per_pod") and gang.get("ms_per_pod"):
-        extra = gang["ms_per_pod"] / kai["ms_per_pod"] - 1
-        out += f"\ngangs of {gang['gang']}: {100 * extra:+.0f}% time per pod"
-    return out
+    ratios: list[float] = []
+    gang_extra: list[float] = []
+    for round_ in sorted({r.get("round", 1) for r in results}):
+        by = {r["variant"]: r for r in results if r.get("round", 1) == round_}
+        kube, kai, gang = by.get("kube-scheduler"), by.get("kai"), by.get("kai-gang")
+        if kube and kai and kube.get("pods_per_s") and kai.get("pods_per_s"):
+            ratios.append(kai["pods_per_s"] / kube["pods_per_s"])
+        if kai and gang and kai.get("ms_per_pod") and gang.get("ms_per_pod"):
+            gang_extra.append(gang["ms_per_pod"] / kai["ms_per_pod"] - 1)
+    if ratios:
+        each = ", ".join(f"{x:.2f}x" for x in ratios)
+        lines.append(f"kai / kube-scheduler pods/s: {statistics.median(ratios):.2f}x ({each})")
+    if gang_extra:
+        each = ", ".join(f"{100 * x:+.0f}%" for x in gang_extra)
+        extra = statistics.median(gang_extra)
+        gang_size = next(r["gang"] for r in results if r["variant"] == "kai-gang")
+        lines.append(f"gangs of {gang_size}: {100 * extra:+.0f}% time per pod ({each})")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -437,6 +451,13 @@ def main() -> None:
         help="sample kai with py-spy (collapsed stacks, FILE-<variant>.txt); pip install py-spy",
     )
     parser.add_argument("--keep-logs", type=Path, help="copy the schedulers' logs here")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the variants in turn this many times (the machine's noise between runs "
+        "is larger than some differences; the summary gives each round and the median)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -446,10 +467,13 @@ def main() -> None:
     if args.keep_logs:
         args.keep_logs.mkdir(parents=True, exist_ok=True)
     bin_dir = provision_binaries(with_scheduler=True)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     results = []
-    for variant in variants:
-        results.append(run_variant(variant, args, bin_dir))
-        print(json.dumps(results[-1]), flush=True)
+    for round_ in range(1, args.rounds + 1):
+        for variant in variants:
+            results.append({**run_variant(variant, args, bin_dir), "round": round_})
+            print(json.dumps(results[-1]), flush=True)
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
