@@ -443,3 +443,50 @@ def test_watch_events_survive_any_chunking(seed: int) -> None:
         (e["type"], e["object"]["metadata"]["name"]) for e in events
     ]
     assert all(o["kind"] == "Pod" and o["apiVersion"] == "v1" for _, o in got)
+
+
+def test_a_protobuf_status_reads_as_its_json() -> None:
+    from kai.k8s import protobuf as pb
+
+    def varint_field(number: int, value: int) -> bytes:
+        return pb._varint(number << 3) + pb._varint(value)
+
+    cause = pb._text(1, "FieldValueInvalid") + pb._text(2, "bad value") + pb._text(3, "spec.x")
+    details = (
+        pb._text(1, "p-0")
+        + pb._text(3, "pods")
+        + pb._field(4, cause)
+        + pb._field(4, pb._text(2, "another"))
+        + varint_field(5, 3)
+    )
+    status = (
+        pb._field(1, b"")
+        + pb._text(2, "Failure")
+        + pb._text(3, "it is invalid")
+        + pb._text(4, "Invalid")
+        + pb._field(5, details)
+        + varint_field(6, 422)
+        + b"\x3d\x00\x00\x00\x00"  # a fixed32 field 7, unknown: skipped
+    )
+    data = pb.MAGIC + pb._field(1, pb._text(1, "v1") + pb._text(2, "Status")) + pb._field(2, status)
+    assert pb.status(data) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "it is invalid",
+        "reason": "Invalid",
+        "details": {
+            "name": "p-0",
+            "kind": "pods",
+            "retryAfterSeconds": 3,
+            "causes": [
+                {"reason": "FieldValueInvalid", "message": "bad value", "field": "spec.x"},
+                {"message": "another"},
+            ],
+        },
+        "code": 422,
+    }
+    # Anything that is no protobuf Status is kept as it came.
+    for other in (b"<html>bad gateway</html>", data[:-9], pb.binding("ns", "p", "n")):
+        assert pb.status_json(other) == other

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
+
 from kai.engine import (
     IDLE_REASON,
     LAST_START_ANNOTATION,
@@ -48,6 +50,7 @@ from kai.engine import (
     STALE_ANNOTATION,
     SessionResult,
 )
+from kai.k8s import protobuf
 from kai.k8s.cache import POD_GROUP_ANNOTATION, CacheSnapshot, ClusterCache
 from kai.k8s.client import POD_GROUP, KubeClient, status_of
 from kai.k8s.connections import PipelineRequest
@@ -817,7 +820,11 @@ class Binder:
             done = functools.partial(
                 self._bind_answered, batch, d, gang, content_type, time.perf_counter()
             )
-            return self._pipeline.request("POST", path, body, content_type, done)
+            # The answer is read only if it is a refusal: protobuf spares the API
+            # server encoding it in JSON.
+            return self._pipeline.request(
+                "POST", path, body, content_type, done, accept=protobuf.PROTOBUF_OR_JSON
+            )
         return None
 
     def _bind_answered(
@@ -1386,5 +1393,11 @@ def _assigned_node(err: BaseException) -> str | None:
     """The node a 409 Conflict of a bind says the pod is on already, if it says."""
     if status_of(err) != 409:
         return None
-    match = _ASSIGNED.search(str(getattr(err, "body", "") or ""))
+    body = str(getattr(err, "body", "") or "")
+    try:
+        # The Status's message: in the JSON text its quotes are escaped.
+        message = str(orjson.loads(body).get("message") or "")
+    except (orjson.JSONDecodeError, AttributeError):
+        message = body
+    match = _ASSIGNED.search(message)
     return match.group(1) if match else None

@@ -33,6 +33,8 @@ import orjson
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from kai.k8s import protobuf
+
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
@@ -69,7 +71,7 @@ class DirectConnections:
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = host if self._port == default_port else f"{host}:{self._port}"
         self._cfg = cfg
-        self._headers = {**api_client.default_headers, "Accept": JSON}
+        self._headers = dict(api_client.default_headers)
         self._timeout = timeout
         self._ssl = self._ssl_context(cfg) if self._https else None
         self._local = threading.local()
@@ -122,11 +124,18 @@ class DirectConnections:
             cached = self._auth = (now + AUTH_TTL_SECONDS, headers)
         return dict(cached[1])
 
-    def message(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
+    def message(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = JSON,
+        accept: str = JSON,
+    ) -> bytes:
         """The whole request, ready to write: ``body`` is JSON-serialisable, or bytes
         sent as they are."""
         payload = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
-        lines = [f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._head()}"]
+        lines = [f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._head()}Accept: {accept}\r\n"]
         if body is not None:
             lines.append(f"Content-Type: {content_type}\r\n")
         if payload or method in ("POST", "PUT", "PATCH"):
@@ -151,7 +160,10 @@ class DirectConnections:
             return answer.body
         if answer.status == 401:
             self._auth = None  # credentials may have been renewed: read them again
-        raise api_error(answer.status, answer.reason, answer.body, answer.headers)
+        body = answer.body
+        if answer.headers.get("content-type", "").startswith(protobuf.PROTOBUF):
+            body = protobuf.status_json(body)  # read as a JSON answer would be
+        raise api_error(answer.status, answer.reason, body, answer.headers)
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = JSON) -> bytes:
         """Send one request and wait for it (see :meth:`message`); the answer's body, or
@@ -276,9 +288,12 @@ class Pipeline:
         body: Any,
         content_type: str,
         done: Callable[[bytes | None, BaseException | None], None],
+        *,
+        accept: str = JSON,
     ) -> PipelineRequest:
         """A request for ``take`` to return (see :meth:`DirectConnections.message`)."""
-        return PipelineRequest(self.direct.message(method, path, body, content_type), done)
+        message = self.direct.message(method, path, body, content_type, accept)
+        return PipelineRequest(message, done)
 
     def wake(self) -> None:
         """There may be requests to take (from any thread)."""
