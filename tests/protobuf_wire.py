@@ -1,35 +1,22 @@
 """Reading the protobuf bodies kai sends (``kai.k8s.protobuf``) in the test servers.
 
-A generic wire-format reader of length-delimited fields, and the ``Binding`` it makes
-of one, in the JSON form the API server would see.  The e2e suite checks the real API
-server accepts the same bytes."""
+The ``Binding`` a body holds, in the JSON form the API server would see, read with kai's
+wire-format reader (``read_fields``, which the e2e suite checks on the real API server's
+answers).  The e2e suite also checks the real API server accepts the same bytes."""
 
 from __future__ import annotations
+
+from kai.k8s.protobuf import read_fields
 
 
 def _wire_fields(data: bytes) -> dict[int, bytes]:
     """The length-delimited fields of one protobuf message (the last of each number)."""
     fields: dict[int, bytes] = {}
-    i = 0
-    while i < len(data):
-        key, i = _wire_varint(data, i)
-        if key & 7 != 2:
-            raise ValueError(f"wire type {key & 7} in a binding")
-        size, i = _wire_varint(data, i)
-        fields[key >> 3] = data[i : i + size]
-        i += size
+    for number, value in read_fields(data):
+        if not isinstance(value, bytes):
+            raise ValueError(f"field {number} of a binding is not length-delimited")
+        fields[number] = value
     return fields
-
-
-def _wire_varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, i
 
 
 def binding_from_protobuf(raw: bytes) -> dict:

@@ -17,7 +17,7 @@ from kai.cli import main
 from kai.k8s.cache import ClusterCache
 from kai.k8s.client import KINDS, KubeClient, TokenBucket, parse_owner_resource
 from kai.k8s.leader import LeaderElector
-from kai.k8s.scheduler import Scheduler, SchedulerOptions
+from kai.k8s.scheduler import CycleReport, Scheduler, SchedulerOptions
 from kai.k8s.server import parse_listen_address
 from kai.snapshot.builder import GPU_GROUP_LABEL
 from kai.snapshot.loader import convert_object
@@ -71,6 +71,16 @@ def _options(**kw) -> SchedulerOptions:
     )
     base.update(kw)
     return SchedulerOptions(**base)
+
+
+def _one_cycle(sched: Scheduler) -> CycleReport:
+    """Start the scheduler, run one cycle once its cache is synced, shut it down."""
+    sched.start()
+    try:
+        assert sched.cache.wait_for_sync(5)
+        return sched.cycle()
+    finally:
+        sched.shutdown()
 
 
 def _owned(objs: list[dict]) -> list[dict]:
@@ -217,14 +227,7 @@ def test_dry_run_writes_nothing(api: FakeApiServer, client: KubeClient) -> None:
     api.put(f.queue("q"))
     api.put(f.pod("p", queue="q"))
     sched = Scheduler(client, _options(dry_run=True))
-    report_holder = []
-    sched.start()
-    try:
-        assert sched.cache.wait_for_sync(5)
-        report_holder.append(sched.cycle())
-    finally:
-        sched.shutdown()
-    report = report_holder[0]
+    report = _one_cycle(sched)
     assert report.ok and [d.type for d in report.result.decisions] == ["bind"]
     assert [r for r in api.requests if r[0] != "GET"] == []
 
@@ -242,12 +245,7 @@ def test_failed_bind_rolls_back_the_gang(
     api.fail[("binding", "default/g-1")] = 500
     sched = Scheduler(client, _options(bind_attempts=3))
     assert (sched.binder._pipeline is not None) == pipelined
-    sched.start()
-    try:
-        assert sched.cache.wait_for_sync(5)
-        report = sched.cycle()
-    finally:
-        sched.shutdown()
+    report = _one_cycle(sched)
     applied = report.applied
     assert list(applied.bind_failed) == ["default/g-1"]
     assert applied.rollback_groups == ["default/g"]
@@ -579,12 +577,7 @@ def test_a_failed_gpu_group_label_fails_the_bind(api: FakeApiServer, client: Kub
         api.put(o)
     api.fail[("patch", "default/g-1")] = 500
     sched = Scheduler(client, _options(bind_attempts=2))
-    sched.start()
-    try:
-        assert sched.cache.wait_for_sync(5)
-        report = sched.cycle()
-    finally:
-        sched.shutdown()
+    report = _one_cycle(sched)
     applied = report.applied
     assert list(applied.bind_failed) == ["default/g-1"]
     assert "labelling its GPU group failed" in applied.bind_failed["default/g-1"]
@@ -857,12 +850,7 @@ def test_binds_in_flight_when_protobuf_is_refused_are_sent_again_as_json(
     for i in range(6):
         api.put(f.pod(f"p{i}", queue="q", gpus=1))
     sched = Scheduler(client, _options())
-    sched.start()
-    try:
-        assert sched.cache.wait_for_sync(5)
-        report = sched.cycle()
-    finally:
-        sched.shutdown()
+    report = _one_cycle(sched)
     assert report.applied.bind_failed == {}
     assert [_node_of(api, f"p{i}") for i in range(6)] == ["n1"] * 6
     types = _bind_content_types(api)

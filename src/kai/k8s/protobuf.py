@@ -89,7 +89,7 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
             return value, i
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+def read_fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
     """The (number, value) of each field of one message: an int for a varint, bytes
     for a length-delimited field; fixed-width fields are skipped."""
     i = 0
@@ -117,7 +117,7 @@ def _int32(value: int) -> int:
 
 def _message(data: bytes, names: dict[int, str], ints: frozenset[int] = frozenset()) -> dict:
     out: dict = {}
-    for number, value in _fields(data):
+    for number, value in read_fields(data):
         name = names.get(number)
         if name is None or not value:
             continue  # JSON leaves out empty strings and zeros (omitempty)
@@ -133,13 +133,13 @@ def status(data: bytes) -> dict:
     anything else."""
     if not data.startswith(MAGIC):
         raise ValueError("no protobuf magic")
-    envelope = {n: v for n, v in _fields(data[4:]) if isinstance(v, bytes)}
+    envelope = {n: v for n, v in read_fields(data[4:]) if isinstance(v, bytes)}
     kind = _message(envelope.get(1, b""), {1: "apiVersion", 2: "kind"})
     if kind.get("kind") != "Status":
         raise ValueError(f"a {kind.get('kind')!r}, not a Status")
     out: dict = {"kind": "Status", "apiVersion": kind.get("apiVersion", "v1"), "metadata": {}}
     # Status: metadata 1, status 2, message 3, reason 4, details 5, code 6.
-    for number, value in _fields(envelope.get(2, b"")):
+    for number, value in read_fields(envelope.get(2, b"")):
         if not value:
             continue  # JSON leaves out empty strings and zeros (omitempty)
         if number in (2, 3, 4) and isinstance(value, bytes):
@@ -155,7 +155,7 @@ def status(data: bytes) -> dict:
             )
             causes = [
                 _message(cause, {1: "reason", 2: "message", 3: "field"})
-                for n, cause in _fields(value)
+                for n, cause in read_fields(value)
                 if n == 4 and isinstance(cause, bytes)
             ]
             if causes:
