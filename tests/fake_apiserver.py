@@ -112,6 +112,9 @@ class FakeApiServer:
         # Called with (namespace, name) as each bind arrives, before it is answered: a
         # test may hold it there, as a slow API server would.
         self.on_bind: Callable[[str, str], None] | None = None
+        # ns/name of pods whose next bind goes through but is answered 503, as a bind
+        # whose answer was lost on the way back.
+        self.lose_bind_answer: set[str] = set()
         self.gone_next_watch: set[str] = set()  # plurals whose next watch gets 410
         self.not_served: set[str] = set()  # plurals answered 404, as an absent CRD
         self.protobuf = True  # False: protobuf bodies answered 415, as a CRD server does
@@ -332,11 +335,20 @@ class FakeApiServer:
                 h._send(404, _status(404, "NotFound", f"{plural} {target} not found"))
                 return
             if sub == "binding" and method == "POST":
-                if obj["spec"].get("nodeName"):
-                    h._send(409, _status(409, "Conflict", "pod is already assigned"))
+                if node := obj["spec"].get("nodeName"):
+                    # The real API server's words: a retried bind reads the node in them.
+                    message = (
+                        f'Operation cannot be fulfilled on pods/binding "{name}": '
+                        f'pod {name} is already assigned to node "{node}"'
+                    )
+                    h._send(409, _status(409, "Conflict", message))
                     return
                 obj["spec"]["nodeName"] = body["target"]["name"]
                 self._bump(plural, obj)
+                if target in self.lose_bind_answer:
+                    self.lose_bind_answer.discard(target)  # bound, but the answer is lost
+                    h._send(503, _status(503, "ServiceUnavailable", "answer lost"))
+                    return
                 h._send(201, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
             elif sub == "eviction" and method == "POST" or method == "DELETE":
                 self.rv += 1

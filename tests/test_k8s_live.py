@@ -73,6 +73,14 @@ def _options(**kw) -> SchedulerOptions:
     return SchedulerOptions(**base)
 
 
+@pytest.fixture(params=[True, False], ids=["pipelined", "through-a-proxy"])
+def pipelined(request: pytest.FixtureRequest, client: KubeClient) -> bool:
+    """Binds through the pipeline, or (as through a proxy) one per worker thread."""
+    if not request.param:
+        client.direct = None
+    return request.param
+
+
 def _one_cycle(sched: Scheduler) -> CycleReport:
     """Start the scheduler, run one cycle once its cache is synced, shut it down."""
     sched.start()
@@ -232,16 +240,19 @@ def test_dry_run_writes_nothing(api: FakeApiServer, client: KubeClient) -> None:
     assert [r for r in api.requests if r[0] != "GET"] == []
 
 
-@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "through-a-proxy"])
+def _put_owned_gang(api: FakeApiServer, size: int) -> None:
+    """Gang ``g`` of ``size`` one-GPU pods owned by a controller, queue ``q``, node ``n1``
+    with room for four."""
+    api.put(f.node("n1", gpus=4))
+    api.put(f.queue("q"))
+    for o in _owned(f.gang("g", size, gpus=1)):
+        api.put(o)
+
+
 def test_failed_bind_rolls_back_the_gang(
     api: FakeApiServer, client: KubeClient, pipelined: bool
 ) -> None:
-    if not pipelined:
-        client.direct = None  # as through a proxy: one bind per worker thread, pooled
-    api.put(f.node("n1", gpus=4))
-    api.put(f.queue("q"))
-    for o in _owned(f.gang("g", 3, gpus=1)):
-        api.put(o)
+    _put_owned_gang(api, 3)
     api.fail[("binding", "default/g-1")] = 500
     sched = Scheduler(client, _options(bind_attempts=3))
     assert (sched.binder._pipeline is not None) == pipelined
@@ -260,6 +271,22 @@ def test_failed_bind_rolls_back_the_gang(
     assert LAST_START not in (pg["metadata"].get("annotations") or {})
     assert any(e["reason"] == "BindFailed" for e in api.events())
     assert sched.metrics.bind_failures._value.get() == 1
+
+
+def test_a_bind_whose_answer_was_lost_is_bound_not_rolled_back(
+    api: FakeApiServer, client: KubeClient, pipelined: bool
+) -> None:
+    # The bind went through but its answer did not come back: the retry's 409 says the
+    # pod is on that node already, so the gang is whole.
+    _put_owned_gang(api, 2)
+    api.lose_bind_answer.add("default/g-1")
+    report = _one_cycle(Scheduler(client, _options(bind_attempts=3)))
+    applied = report.applied
+    assert applied.bind_failed == {} and applied.rollback_groups == []
+    assert sorted(applied.bound) == ["default/g-0", "default/g-1"]
+    assert len(api.calls("POST", "/pods/g-1/binding")) == 2
+    assert _node_of(api, "g-0") == _node_of(api, "g-1") == "n1"
+    assert api.calls("DELETE", "/pods/") == []
 
 
 def test_reclaim_evicts_through_the_eviction_api(api: FakeApiServer, client: KubeClient) -> None:
