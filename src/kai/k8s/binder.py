@@ -91,6 +91,11 @@ def _ref(raw: dict) -> dict:
     }
 
 
+def _uid(batch: _Batch, d: Any) -> str | None:
+    """The uid of the pod a decision binds, as the cycle saw it."""
+    return ((batch.snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
+
+
 def _controller_owned(raw: dict) -> bool:
     refs = (raw.get("metadata") or {}).get("ownerReferences") or []
     return any(isinstance(r, dict) and r.get("controller") for r in refs)
@@ -751,38 +756,50 @@ class Binder:
             waited = (datetime.now(timezone.utc) - created_at).total_seconds()
             self.metrics.task_scheduling_latency.observe(max(0.0, waited) * 1000.0)
 
+    def _unsent(self, gang: _Gang) -> str | None:
+        """Why a bind is not sent: its gang failed already (``skipped``: a gang that
+        failed skips its remaining binds) or the lease is lost (``abandoned``)."""
+        if gang.failed and gang.min_member > 1:
+            return "skipped"
+        if not self.may_write():
+            return "abandoned"
+        return None
+
     def _bind_one(
         self, batch: _Batch, d: Any, gang: _Gang
     ) -> tuple[str, BaseException | None, bool]:
-        # A gang that already failed skips its remaining binds.
-        if gang.failed and gang.min_member > 1:
-            return "skipped", None, False
-        if not self.may_write():
-            return "abandoned", None, False
-        ns, _, name = d.pod.partition("/")
-        raw = batch.snap.pods.get(d.pod) or {}
-        uid = (raw.get("metadata") or {}).get("uid")
+        if (unsent := self._unsent(gang)) is not None:
+            return unsent, None, False
         labelled = False
         if d.gpu_groups:
             # The device group first: without it the next cycle would not know which
             # shared GPU the pod is on.  No label, no bind.
+            ns, _, name = d.pod.partition("/")
+            raw = batch.snap.pods.get(d.pod) or {}
             try:
                 labelled = self._label_gpu_group(ns, name, raw, d.gpu_groups[0])
             except Exception as err:  # noqa: BLE001 - reported per pod
                 return "failed", RuntimeError(f"labelling its GPU group failed: {err}"), False
         self._observe_waited(batch, d)
         start = time.perf_counter()
+        failure = self._bind_with_retries(batch, d, self.attempts, self.backoff)
+        self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
+        return ("bound", None, labelled) if failure is None else ("failed", failure, labelled)
+
+    def _bind_with_retries(
+        self, batch: _Batch, d: Any, attempts: int, backoff: float
+    ) -> BaseException | None:
+        """Bind ``d``'s pod, waiting for the answers (see :func:`with_retries`); why not,
+        or None once it is bound."""
+        ns, _, name = d.pod.partition("/")
+        uid = _uid(batch, d)
         try:
-            with_retries(
-                lambda: self.client.bind(ns, name, d.node, uid), self.attempts, self.backoff
-            )
+            with_retries(lambda: self.client.bind(ns, name, d.node, uid), attempts, backoff)
         except Exception as err:  # noqa: BLE001 - reported per pod
             # A retry after a bind that went through but whose answer was lost.
             if _assigned_node(err) != d.node:
-                return "failed", err, labelled
-        finally:
-            self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
-        return "bound", None, labelled
+                return err
+        return None
 
     # ------------------------------------------------------------------ pipelined binds
     def _worker_pool(self) -> ThreadPoolExecutor:
@@ -810,13 +827,12 @@ class Binder:
         assert self._pipeline is not None
         while (item := self._binds.take()) is not None:
             batch, d, gang = item
-            if d.gpu_groups or (gang.failed and gang.min_member > 1) or not self.may_write():
+            if d.gpu_groups or self._unsent(gang) is not None:
                 self._on_worker(self._send, batch, d, gang)
                 continue
             ns, _, name = d.pod.partition("/")
-            uid = ((batch.snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
             self._observe_waited(batch, d)
-            path, body, content_type = self.client.bind_request(ns, name, d.node, uid)
+            path, body, content_type = self.client.bind_request(ns, name, d.node, _uid(batch, d))
             done = functools.partial(
                 self._bind_answered, batch, d, gang, content_type, time.perf_counter()
             )
@@ -850,17 +866,7 @@ class Binder:
     def _retry_bind(self, batch: _Batch, d: Any, gang: _Gang, start: float) -> None:
         """The retries of a pipelined bind whose first try failed, on a worker."""
         time.sleep(self.backoff)
-        ns, _, name = d.pod.partition("/")
-        uid = ((batch.snap.pods.get(d.pod) or {}).get("metadata") or {}).get("uid")
-        err: BaseException | None = None
-        try:
-            with_retries(
-                lambda: self.client.bind(ns, name, d.node, uid),
-                self.attempts - 1,
-                self.backoff * 2,
-            )
-        except Exception as exc:  # noqa: BLE001 - reported per pod
-            err = exc
+        err = self._bind_with_retries(batch, d, self.attempts - 1, self.backoff * 2)
         self._bind_done(batch, d, gang, start, err, on_worker=True)
 
     def _bind_done(
