@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import itertools
 import logging
 import selectors
 import socket
@@ -77,8 +76,8 @@ class DirectConnections:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: set[_Connection] = set()
-        self._auth: tuple[float, dict[str, str]] | None = None  # (monotonic expiry, headers)
-        self._auth_head = ""  # the headers of _auth as sent
+        # (monotonic expiry, the Host line and headers of every request, credentials in)
+        self._auth: tuple[float, str] | None = None
 
     @staticmethod
     def usable(api_client: k8s.ApiClient) -> bool:
@@ -113,17 +112,6 @@ class DirectConnections:
         with self._lock:
             self._open.discard(conn)
 
-    def _auth_headers(self) -> dict[str, str]:
-        cached = self._auth
-        now = time.monotonic()
-        if cached is None or now >= cached[0]:
-            headers = dict(self._headers)
-            for auth in self._cfg.auth_settings().values():
-                if auth.get("in") == "header" and auth.get("value"):
-                    headers[auth["key"]] = auth["value"]
-            cached = self._auth = (now + AUTH_TTL_SECONDS, headers)
-        return dict(cached[1])
-
     def message(
         self,
         method: str,
@@ -144,14 +132,19 @@ class DirectConnections:
         return "".join(lines).encode("latin-1") + payload
 
     def _head(self) -> str:
-        """The Host line and the headers of every request, credentials included (kept
-        as long as the credentials are)."""
+        """The Host line and the headers of every request, credentials included: read
+        again after AUTH_TTL_SECONDS or a 401."""
         cached = self._auth
-        if cached is None or time.monotonic() >= cached[0]:
-            headers = self._auth_headers()
+        now = time.monotonic()
+        if cached is None or now >= cached[0]:
+            headers = dict(self._headers)
+            for auth in self._cfg.auth_settings().values():
+                if auth.get("in") == "header" and auth.get("value"):
+                    headers[auth["key"]] = auth["value"]
             head = f"Host: {self._host_header}\r\n"
-            self._auth_head = head + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        return self._auth_head
+            head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            cached = self._auth = (now + AUTH_TTL_SECONDS, head)
+        return cached[1]
 
     def body_of(self, answer: Answer) -> bytes:
         """The body of a 2xx answer; :class:`ApiException` for any other (status,
@@ -359,7 +352,9 @@ class Pipeline:
         self._close_all()
 
     def _wait(self, now: float) -> float | None:
-        due = [slot.request.deadline for slot in itertools.islice(self._busy, 1) if slot.request]
+        """Seconds until the oldest request times out or the first delayed one is due."""
+        oldest = next(iter(self._busy), None)
+        due = [oldest.request.deadline] if oldest is not None and oldest.request else []
         if self._delayed:
             due.append(self._delayed[0][0])
         return max(0.0, min(due) - now) if due else None
