@@ -137,16 +137,16 @@ def status(data: bytes) -> dict:
     kind = _message(envelope.get(1, b""), {1: "apiVersion", 2: "kind"})
     if kind.get("kind") != "Status":
         raise ValueError(f"a {kind.get('kind')!r}, not a Status")
-    out: dict = {"kind": "Status", "apiVersion": kind.get("apiVersion", "v1"), "metadata": {}}
+    raw = envelope.get(2, b"")
     # Status: metadata 1, status 2, message 3, reason 4, details 5, code 6.
-    for number, value in read_fields(envelope.get(2, b"")):
-        if not value:
-            continue  # JSON leaves out empty strings and zeros (omitempty)
-        if number in (2, 3, 4) and isinstance(value, bytes):
-            out[{2: "status", 3: "message", 4: "reason"}[number]] = value.decode()
-        elif number == 6 and isinstance(value, int):
-            out["code"] = _int32(value)
-        elif number == 5 and isinstance(value, bytes):
+    out: dict = {
+        "kind": "Status",
+        "apiVersion": kind.get("apiVersion", "v1"),
+        "metadata": {},
+        **_message(raw, {2: "status", 3: "message", 4: "reason", 6: "code"}, frozenset({6})),
+    }
+    for number, value in read_fields(raw):
+        if number == 5 and isinstance(value, bytes) and value:
             # StatusDetails: name 1, group 2, kind 3, causes 4, retryAfterSeconds 5, uid 6.
             details = _message(
                 value,
