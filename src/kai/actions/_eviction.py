@@ -78,7 +78,9 @@ def run_eviction_action(
         reuse_comparisons=True,
     )
     budget = ActionBudget(action, SearchLimits.for_session(ssn))
-    pool = VictimPool.for_session(ssn) if candidates is None else None
+    # The pool is made on the first search: many executions pass every job over.
+    pool: VictimPool | None = None
+    pool_made = candidates is not None  # a caller that lists the victims needs none
     failed = (
         FailedRepresentatives(ssn, per_queue=signatures_per_queue)
         if ssn.config.use_scheduling_signatures
@@ -86,8 +88,11 @@ def run_eviction_action(
     )
 
     def victims_of(preemptor: Job):
+        nonlocal pool, pool_made
         if candidates is not None:
             return candidates(preemptor)
+        if not pool_made:
+            pool, pool_made = VictimPool.for_session(ssn), True
         if pool is not None:
             return pool.candidates(
                 lambda job: job is not preemptor and accept(preemptor, job),

@@ -8,6 +8,8 @@ somewhere in the same scenario: consolidation never loses a pod.
 
 from __future__ import annotations
 
+from itertools import islice
+
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
 from kai.actions.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
@@ -34,12 +36,12 @@ def consolidation(ssn: Session) -> None:
         return True  # any potential victim (valid, preemptible, running, known queue)
 
     def candidates(preemptor: Job) -> list[Job]:
-        out = [
+        found = (
             job
             for job in ssn.jobs.values()
             if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
-        ]
-        return out[: limit + 1]
+        )
+        return list(islice(found, limit + 1))
 
     def validator(preemptor: Job):
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
