@@ -499,3 +499,100 @@ def test_task_order_keys_sort_as_the_comparisons_do() -> None:
     assert ssn.task_order_key() is None and ssn.ordered_tasks(job) is None
     tasks = list(job.tasks)
     assert ssn.sorted_tasks(tasks) == sorted(tasks, key=functools.cmp_to_key(ssn.task_order))
+
+
+def test_a_victim_queue_reusing_comparisons_pops_as_one_that_does_not() -> None:
+    """Victim mode reuses a queue comparison while both sides' victims and queues are
+    unchanged: the pops are those of a queue that compares every time, also across
+    re-pushed partial jobs, evictions undone between pops, and evictions kept (the
+    queue versions change: the comparisons are made again)."""
+    import random
+
+    from kai.actions.common import JobQueue
+    from kai.actions.solvers.scenario import job_view
+    from kai.bench_clusters import random_cluster
+    from kai.framework.statement import Statement
+
+    saved = 0
+    for seed in range(12):
+        builder = random_cluster(seed, nodes=8, jobs=60)
+
+        def drain(reuse: bool, seed: int = seed, builder=builder) -> tuple[list, int]:
+            rng = random.Random(seed)
+            snap = kai.Snapshot.from_objects(builder.dicts())
+            config = SchedulerConfig.default()
+            ssn = Session(snap.state(), config, now=NOW)
+            ssn.open(config.build_plugins())
+            running = [j for j in ssn.jobs.values() if any(t.node >= 0 for t in j.tasks)]
+            placed = [t for j in running for t in j.tasks if t.node >= 0]
+            queue = JobQueue(ssn, [job_view(j, j.tasks) for j in running], victim_mode=True)
+            assert queue._memo is not None
+            if not reuse:
+                queue._memo = None
+            calls = 0
+            compare = ssn.queue_order
+
+            def counted(*args):
+                nonlocal calls
+                calls += 1
+                return compare(*args)
+
+            ssn.queue_order = counted  # type: ignore[method-assign]
+            popped = []
+            while (view := queue.pop()) is not None:
+                popped.append((view.key, tuple(t.uid for t in view.tasks)))
+                draw = rng.random()
+                if draw < 0.3 and len(view.tasks) > 1:
+                    queue.push(job_view(view, view.tasks[1:]))
+                if draw > 0.6 and placed:
+                    # the pods of one queue evicted: its allocation shrinks
+                    leaf = placed[rng.randrange(len(placed))].job.queue
+                    stmt = Statement(ssn)
+                    for task in [t for t in placed if t.job.queue == leaf][:4]:
+                        placed.remove(task)
+                        stmt.evict(task, "test")
+                    if draw > 0.8:
+                        stmt.commit()
+                    else:
+                        stmt.discard()  # a simulation's evictions, undone
+            ssn.close()
+            return popped, calls
+
+        reused, fewer = drain(True)
+        compared, every = drain(False)
+        assert reused == compared, seed
+        saved += every - fewer
+    assert saved > 0
+
+
+def test_a_victim_queue_compares_again_after_a_queue_changes() -> None:
+    """One running pod in each of three queues: after the first pop, an eviction kept
+    in queue b changes how a and b compare, and the victim queue sees it (a comparison
+    kept from before the eviction would put b first)."""
+    from kai.actions.common import JobQueue
+    from kai.actions.solvers.scenario import job_view
+    from kai.framework.statement import Statement
+    from tests.factory import pod
+
+    def pops(reuse: bool) -> list[str]:
+        objs = [node("n1", gpus=16), node("n2", gpus=16), queue("root")]
+        for q in "abc":
+            objs.append(queue(q, parent="root", gpu=(0, -1, 1)))
+            objs.append(pod(f"{q}0", gpus=1, queue=q, node="n2"))
+        config = SchedulerConfig.default()
+        ssn = Session(kai.Snapshot.from_objects(objs).state(), config, now=NOW)
+        ssn.open(config.build_plugins())
+        jobs = sorted(ssn.jobs.values(), key=lambda j: j.key)
+        victims = JobQueue(ssn, [job_view(j, j.tasks) for j in jobs], victim_mode=True)
+        if not reuse:
+            victims._memo = None
+        order = [victims.pop().key]
+        stmt = Statement(ssn)
+        stmt.evict(ssn.jobs["default/b0"].tasks[0], "test")
+        stmt.commit()
+        while (view := victims.pop()) is not None:
+            order.append(view.key)
+        ssn.close()
+        return order
+
+    assert pops(True) == pops(False) == ["default/c0", "default/a0", "default/b0"]

@@ -96,3 +96,48 @@ def test_cpu_and_memory_units():
     assert share["cpu"] == 4000.0  # millicores, capped at the request
     assert share["memory"] == pytest.approx(5e9)  # bytes
     assert out["queues"]["a"]["requested"]["memory"] == pytest.approx(5e9)
+
+
+def test_what_victims_hold_is_summed_as_on_arrays():
+    """The queue order's victims vector, summed in Python floats, equals the array sum
+    task by task (the same additions in the same order): fractions of a CPU, memory
+    in bytes, fractional and whole GPUs, pipelined pods left out."""
+    import random
+    from datetime import datetime, timezone
+
+    import numpy as np
+
+    import kai
+    from kai.api.model import ALLOCATED
+    from kai.config import SchedulerConfig
+    from kai.framework.session import Session
+    from kai.plugins.proportion import ProportionPlugin, queue_vector
+
+    rng = random.Random(5)
+    objs = [node(f"n{i}", gpus=8) for i in range(4)] + [queue("q")]
+    for i in range(40):
+        objs.append(
+            pod(
+                f"p{i}",
+                cpu=f"{rng.randint(1, 999)}m",
+                memory=f"{rng.randint(1, 5000)}Mi",
+                queue="q",
+                node=f"n{i % 4}" if rng.random() < 0.8 else None,
+                gpus=rng.choice([0, 1, 2]),
+            )
+        )
+    config = SchedulerConfig.default()
+    now = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+    ssn = Session(kai.Snapshot.from_objects(objs).state(), config, now=now)
+    ssn.open(config.build_plugins())
+    proportion = next(p for p in ssn.plugins if isinstance(p, ProportionPlugin))
+    jobs = sorted(ssn.jobs.values(), key=lambda j: j.key)
+    for _ in range(20):
+        victims = rng.sample(jobs, rng.randint(1, len(jobs)))
+        expected = np.zeros(3)
+        for job in victims:
+            for task in job.tasks:
+                if task.status in ALLOCATED:
+                    expected += queue_vector(ssn, task)
+        assert proportion._victims_held(victims) == expected.tolist()
+    ssn.close()

@@ -145,8 +145,14 @@ class JobQueue:
         # registered queue order function declares that it reads nothing but the two
         # queues' state (``fn.queue_local = True``) and the caller changes queue state
         # only through events (allocate does).  Decisions are unchanged.
+        #
+        # In victim mode a comparison reads the two sides' victims: the jobs popped from
+        # each side's best leaf so far and that leaf's next job.  Popped lists only grow,
+        # so a leaf and its popped count name the same victims; the comparison is reused
+        # on the same condition, without being asked (an eviction search changes no
+        # queue state between its pops).
         self._memo: dict[tuple[str, str], tuple] | None = None
-        if reuse_comparisons and not victim_mode:
+        if reuse_comparisons or victim_mode:
             regs = ssn.registered("queue_order")
             if all(getattr(reg.fn, "queue_local", False) for reg in regs):
                 self._memo = {}
@@ -220,24 +226,37 @@ class JobQueue:
         if lq is None or rq is None:
             return False
         ljob, rjob = left[1], right[1]
+        memo = self._memo
         if self.victim_mode:
             # Each side is its best leaf: the victims already taken from that leaf and
             # the leaf's next job, all as victims (no pending job).
-            popped = self.popped
-            lvictims = [*popped.get(left[0], ()), ljob]
-            rvictims = [*popped.get(right[0], ()), rjob]
-            return self.ssn.queue_order(lq, rq, None, None, lvictims, rvictims) > 0
-        memo = self._memo
-        if memo is None:
-            return self.ssn.queue_order(lq, rq, ljob, rjob) < 0
-        versions = self.ssn.queue_versions
-        stamp = (ljob, rjob, versions[lname], versions[rname])
-        pair = (lname, rname)
-        hit = memo.get(pair)
-        if hit is not None and hit[0] == stamp:
-            return hit[1]
-        better = self.ssn.queue_order(lq, rq, ljob, rjob) < 0
-        memo[pair] = (stamp, better)
+            lpopped, rpopped = self.popped.get(left[0], ()), self.popped.get(right[0], ())
+            if memo is not None:
+                versions = self.ssn.queue_versions
+                stamp: tuple = (
+                    *left,
+                    len(lpopped),
+                    *right,
+                    len(rpopped),
+                    versions[lname],
+                    versions[rname],
+                )
+                hit = memo.get((lname, rname))
+                if hit is not None and hit[0] == stamp:
+                    return hit[1]
+            lvictims = [*lpopped, ljob]
+            rvictims = [*rpopped, rjob]
+            better = self.ssn.queue_order(lq, rq, None, None, lvictims, rvictims) > 0
+        else:
+            if memo is not None:
+                versions = self.ssn.queue_versions
+                stamp = (ljob, rjob, versions[lname], versions[rname])
+                hit = memo.get((lname, rname))
+                if hit is not None and hit[0] == stamp:
+                    return hit[1]
+            better = self.ssn.queue_order(lq, rq, ljob, rjob) < 0
+        if memo is not None:
+            memo[(lname, rname)] = (stamp, better)
         return better
 
     def pop_alike(self, job: Job) -> Job | None:

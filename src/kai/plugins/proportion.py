@@ -139,15 +139,15 @@ class QueueShare:
         return np.where(self.limit == UNLIMITED, self.request, np.minimum(self.request, self.limit))
 
 
-def queue_vector(
+def queue_charge(
     ssn: Session,
     task: Task,
     *,
     node: int | None = None,
     for_request: bool = False,
     min_gpu_memory: float = 0.0,
-) -> np.ndarray:
-    """The [cpu, memory, gpu] a task charges to its queue."""
+) -> tuple[float, float, float]:
+    """The cpu, memory and gpu a task charges to its queue."""
     r = task.request
     gpu = r[GPU]
     if task.gpu_fraction > 0:
@@ -158,7 +158,22 @@ def queue_vector(
         if mem <= 0 or for_request:
             mem = min_gpu_memory
         gpu = task.gpu_memory_mib / mem if mem > 0 else 0.0
-    return np.array([r[CPU], r[MEMORY], gpu], dtype=np.float64)
+    return float(r[CPU]), float(r[MEMORY]), float(gpu)
+
+
+def queue_vector(
+    ssn: Session,
+    task: Task,
+    *,
+    node: int | None = None,
+    for_request: bool = False,
+    min_gpu_memory: float = 0.0,
+) -> np.ndarray:
+    """The [cpu, memory, gpu] a task charges to its queue (:func:`queue_charge`)."""
+    charge = queue_charge(
+        ssn, task, node=node, for_request=for_request, min_gpu_memory=min_gpu_memory
+    )
+    return np.array(charge, dtype=np.float64)
 
 
 class ProportionPlugin(Plugin):
@@ -603,11 +618,9 @@ class ProportionPlugin(Plugin):
             return 1 if lzero else -1
         # 5. smaller dominant share with the job (and without the victims taken so far)
         if left_victims:
-            lvic = self._victims_vector(left_victims).tolist()
-            lwith = [t - v for t, v in zip(lwith, lvic)]
+            lwith = [t - v for t, v in zip(lwith, self._victims_held(left_victims))]
         if right_victims:
-            rvic = self._victims_vector(right_victims).tolist()
-            rwith = [t - v for t, v in zip(rwith, rvic)]
+            rwith = [t - v for t, v in zip(rwith, self._victims_held(right_victims))]
         lds = self._dominant_share(lcap, lwith)
         rds = self._dominant_share(rcap, rwith)
         if lds != rds:
@@ -645,15 +658,20 @@ class ProportionPlugin(Plugin):
             self.ssn.cache[key] = cached
         return cached
 
-    def _victims_vector(self, victims: list[Job] | None) -> np.ndarray:
+    def _victims_held(self, victims: list[Job]) -> list[float]:
         """What the victims hold, as KAI counts a job's allocation: its allocated, binding,
-        bound and running tasks (not the pipelined ones)."""
-        out = np.zeros(len(QUEUE_RESOURCES))
-        for job in victims or ():
+        bound and running tasks (not the pipelined ones).  Summed task by task in Python
+        floats: the same additions, in the same order, as on arrays."""
+        cpu = memory = gpu = 0.0
+        ssn = self.ssn
+        for job in victims:
             for task in job.tasks:
                 if task.status in ALLOCATED:
-                    out += queue_vector(self.ssn, task)
-        return out
+                    c, m, g = queue_charge(ssn, task)
+                    cpu += c
+                    memory += m
+                    gpu += g
+        return [cpu, memory, gpu]
 
     # ------------------------------------------------------------ capacity
     def job_over_capacity(self, job: Job, tasks: list[Task]) -> str | None:
