@@ -48,7 +48,8 @@ def make_job(
 
 
 def reps(per_queue: bool = True) -> FailedRepresentatives:
-    return FailedRepresentatives(SimpleNamespace(cache={}), per_queue=per_queue)
+    state = SimpleNamespace(pod_signatures={}, tasks=[])
+    return FailedRepresentatives(SimpleNamespace(cache={}, state=state), per_queue=per_queue)
 
 
 # ------------------------------------------------------------------ pod signatures
@@ -249,3 +250,30 @@ def test_every_job_left_is_passed_over_with_the_representative_of_its_failure():
             "Reclaim: skipped, equivalent to already failed job default/p"
         ]
     assert statuses(out)["default/s-0"] == PIPE("n0")
+
+
+def test_pod_signatures_are_kept_with_the_state_across_sessions(monkeypatch):
+    """A state that lives across sessions (the replay's) hashes each pod once; the cache
+    is emptied once it holds many more pods than the state."""
+    import kai.actions.signatures as signatures
+
+    hashed: list[str] = []
+    original = signatures.pod_signature
+
+    def counted(pod: PodObject) -> str:
+        hashed.append(pod.name)
+        return original(pod)
+
+    monkeypatch.setattr(signatures, "pod_signature", counted)
+    jobs = [make_job(f"j{i}", [(1.0, 1.0, 1.0)] * 3) for i in range(4)]
+    state = SimpleNamespace(pod_signatures={}, tasks=[t for j in jobs for t in j.tasks])
+    for _session in range(3):
+        failed = FailedRepresentatives(SimpleNamespace(cache={}, state=state), per_queue=True)
+        keys = [failed.key(j) for j in jobs]
+        assert keys[0][1] == keys[1][1]  # alike pods: one signature
+    assert sorted(hashed) == sorted(t.pod.name for j in jobs for t in j.tasks)
+
+    state.tasks = []  # the pods are gone: past the limit, the cache is emptied
+    state.pod_signatures.update({-i: (None, "") for i in range(1100)})
+    FailedRepresentatives(SimpleNamespace(cache={}, state=state), per_queue=True)
+    assert state.pod_signatures == {}

@@ -37,8 +37,6 @@ from kai.api.model import ACTIVE_ALLOCATED, Job, Task, TaskStatus
 from kai.api.objects import PodObject
 from kai.framework.session import Session
 
-_POD_CACHE = "signatures.pod"
-
 
 def pod_signature(pod: PodObject) -> str:
     """Stable hash of the pod's placement constraints (not of its resource request)."""
@@ -71,6 +69,15 @@ def job_signature(job: Job, cache: dict[int, tuple[PodObject, str]] | None = Non
     for signature in pods:
         digest.update(signature.encode())
     return digest.hexdigest()
+
+
+def _pod_signatures(ssn: Session) -> dict[int, tuple[PodObject, str]]:
+    """The state's cache of pod signatures, emptied when it holds many more pods than the
+    state (those of pods gone from a state that lives across sessions)."""
+    cache = ssn.state.pod_signatures
+    if len(cache) > 2 * len(ssn.state.tasks) + 1024:
+        cache.clear()
+    return cache
 
 
 def pending_footprint(job: Job) -> np.ndarray:
@@ -126,7 +133,7 @@ class FailedRepresentatives:
         self.per_queue = per_queue
         self._reps: dict[tuple, Representative] = {}
         self._queues: set[str | None] = set()
-        self._pod_cache: dict[int, tuple[PodObject, str]] = ssn.cache.setdefault(_POD_CACHE, {})
+        self._pod_cache = _pod_signatures(ssn)
         self._memo: tuple[Job, tuple, np.ndarray | None] | None = None
 
     def key(self, job: Job) -> tuple:

@@ -753,6 +753,9 @@ class ClusterState:
     node_metrics: dict[str, NodeMetricObject] = field(default_factory=dict)
     # Request vectors shared by pods that ask for the same resources (read-only).
     request_vectors: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    # Pods' placement-constraint signatures by id(pod), with the pod: kept with the state,
+    # so a state that lives across sessions (the replay's) computes each pod's once.
+    pod_signatures: dict[int, tuple[PodObject, str]] = field(default_factory=dict, repr=False)
 
     def all_tasks(self) -> list[Task]:
         return self.tasks + self.foreign_tasks + self.passive_tasks
