@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import kai
 from tests._kai_cluster import J, T, build, decisions, queue, run, statuses
 
 
@@ -157,3 +158,48 @@ def test_preemption_delay_skips_job() -> None:
     result = run(snap, ["reclaim"])
     assert decisions(result) == []
     assert "PreemptionDelayNotElapsed" in result.pod_groups["ns/c"].explain
+
+
+def test_preempt_takes_over_reclaims_victim_pool_unless_a_pod_moved(monkeypatch) -> None:
+    """The eviction actions of a session share one victim pool while nothing changes a
+    pod between them; an action that does (allocate) makes the next one build its own.
+    The decisions are those of pools built per action, on generated clusters too."""
+    import kai.actions._eviction as eviction
+    from kai.actions.solvers.victims import VictimPool
+    from kai.bench_clusters import random_cluster
+    from tests._kai_cluster import NOW
+
+    built: list[int] = []
+    original = VictimPool.__init__
+
+    def counted(self, *args, **kwargs) -> None:
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(VictimPool, "__init__", counted)
+    snap = build(
+        {"n0": 2, "n1": 1},
+        [queue("q0", 1), queue("q1", 2)],
+        [
+            J("a", "q0", [T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n0")]),
+            J("low", "q1", [T("Running", "n1")], priority=10),
+            J("c", "q1", [T()]),
+            J("high", "q1", [T()], priority=100),
+        ],
+    )
+    run(snap, ["reclaim", "preempt"])
+    assert len(built) == 1
+    built.clear()
+    run(snap, ["reclaim", "allocate", "preempt"])
+    assert len(built) == 2
+
+    def fresh(ssn):
+        return VictimPool.for_session(ssn)
+
+    for seed in range(8):
+        cluster = kai.Snapshot.from_objects(random_cluster(seed, nodes=8, jobs=60).dicts())
+        shared = kai.run_session(cluster, now=NOW).to_json()
+        with monkeypatch.context() as patch:
+            patch.setattr(eviction, "_victim_pool", fresh)
+            assert kai.run_session(cluster, now=NOW).to_json() == shared, seed

@@ -38,6 +38,21 @@ def victim_invariant_problem(ssn: Session, job: Job, tasks: list[Task]) -> str |
     return None
 
 
+#: The last eviction action's victim pool, with the node table's version when it ended.
+VICTIM_POOL_KEY = "eviction.victim_pool"
+
+
+def _victim_pool(ssn: Session) -> VictimPool | None:
+    """The session's victim pool: the one the last eviction action kept, while no pod
+    has changed status since (every status change moves a pod on the node table, whose
+    version it bumps), else a new one.  Membership and order keys read each job's own
+    state only, and each action re-keys the jobs its commits touch."""
+    kept = ssn.cache.pop(VICTIM_POOL_KEY, None)
+    if kept is not None and kept[1] == ssn.nodes.version:
+        return kept[0]
+    return VictimPool.for_session(ssn)
+
+
 def run_eviction_action(
     ssn: Session,
     action: str,
@@ -92,7 +107,7 @@ def run_eviction_action(
         if candidates is not None:
             return candidates(preemptor)
         if not pool_made:
-            pool, pool_made = VictimPool.for_session(ssn), True
+            pool, pool_made = _victim_pool(ssn), True
         if pool is not None:
             return pool.candidates(
                 lambda job: job is not preemptor and accept(preemptor, job),
@@ -206,3 +221,7 @@ def run_eviction_action(
         solve_in_order()
     finally:
         ssn.cache.pop(POOL_KEY, None)
+    if pool is not None:
+        # Up to date once its pending updates are read: the next eviction action takes
+        # it over while nothing has changed a node since (see _victim_pool).
+        ssn.cache[VICTIM_POOL_KEY] = (pool, ssn.nodes.version)
