@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import kai
@@ -235,3 +237,21 @@ def run(
 
 def statuses(out: dict) -> dict[str, tuple[str, str | None]]:
     return {k: (v["status"], v["node"]) for k, v in out["pods"].items()}
+
+
+@contextmanager
+def counted_queue_comparisons(ssn: Any) -> Iterator[list[int]]:
+    """Count the session's queue comparisons while inside: yields a one-item list that
+    holds the count."""
+    count = [0]
+    compare = ssn.queue_order
+
+    def counting(*args: Any) -> int:
+        count[0] += 1
+        return compare(*args)
+
+    ssn.queue_order = counting
+    try:
+        yield count
+    finally:
+        del ssn.queue_order

@@ -512,6 +512,7 @@ def test_a_victim_queue_reusing_comparisons_pops_as_one_that_does_not() -> None:
     from kai.actions.solvers.scenario import job_view
     from kai.bench_clusters import random_cluster
     from kai.framework.statement import Statement
+    from tests.factory import counted_queue_comparisons
 
     saved = 0
     for seed in range(12):
@@ -529,34 +530,26 @@ def test_a_victim_queue_reusing_comparisons_pops_as_one_that_does_not() -> None:
             assert queue._memo is not None
             if not reuse:
                 queue._memo = None
-            calls = 0
-            compare = ssn.queue_order
-
-            def counted(*args):
-                nonlocal calls
-                calls += 1
-                return compare(*args)
-
-            ssn.queue_order = counted  # type: ignore[method-assign]
-            popped = []
-            while (view := queue.pop()) is not None:
-                popped.append((view.key, tuple(t.uid for t in view.tasks)))
-                draw = rng.random()
-                if draw < 0.3 and len(view.tasks) > 1:
-                    queue.push(job_view(view, view.tasks[1:]))
-                if draw > 0.6 and placed:
-                    # the pods of one queue evicted: its allocation shrinks
-                    leaf = placed[rng.randrange(len(placed))].job.queue
-                    stmt = Statement(ssn)
-                    for task in [t for t in placed if t.job.queue == leaf][:4]:
-                        placed.remove(task)
-                        stmt.evict(task, "test")
-                    if draw > 0.8:
-                        stmt.commit()
-                    else:
-                        stmt.discard()  # a simulation's evictions, undone
+            with counted_queue_comparisons(ssn) as calls:
+                popped = []
+                while (view := queue.pop()) is not None:
+                    popped.append((view.key, tuple(t.uid for t in view.tasks)))
+                    draw = rng.random()
+                    if draw < 0.3 and len(view.tasks) > 1:
+                        queue.push(job_view(view, view.tasks[1:]))
+                    if draw > 0.6 and placed:
+                        # the pods of one queue evicted: its allocation shrinks
+                        leaf = placed[rng.randrange(len(placed))].job.queue
+                        stmt = Statement(ssn)
+                        for task in [t for t in placed if t.job.queue == leaf][:4]:
+                            placed.remove(task)
+                            stmt.evict(task, "test")
+                        if draw > 0.8:
+                            stmt.commit()
+                        else:
+                            stmt.discard()  # a simulation's evictions, undone
             ssn.close()
-            return popped, calls
+            return popped, calls[0]
 
         reused, fewer = drain(True)
         compared, every = drain(False)

@@ -17,6 +17,7 @@ from kai.actions.solvers.pending import PendingPool, SimulationQueue
 from kai.engine import parse_now
 from kai.framework.session import Session
 from tests._kai_cluster import NOW, J, T, build, queue
+from tests.factory import counted_queue_comparisons
 
 
 def _random_cluster(seed: int):
@@ -63,25 +64,14 @@ def _open(snapshot) -> Session:
 def _pop_all(ssn: Session, participants: list, replaces: set) -> tuple[list[str], int]:
     """The participants in the order the simulation queue returns them, and how many
     queue comparisons that took."""
-    calls = 0
-    compare = ssn.queue_order
-
-    def counting(*args):
-        nonlocal calls
-        calls += 1
-        return compare(*args)
-
-    ssn.queue_order = counting  # type: ignore[method-assign]
-    try:
+    with counted_queue_comparisons(ssn) as calls:
         pool = PendingPool.for_session(ssn)
         assert pool is not None
         queue = SimulationQueue(ssn, pool, participants, replaces)
         order = []
         while (job := queue.pop()) is not None:
             order.append(job.name)
-    finally:
-        del ssn.queue_order
-    return order, calls
+    return order, calls[0]
 
 
 def _orders(seed: int) -> tuple[list[str], list[str], int, int]:
