@@ -69,10 +69,12 @@ def run_eviction_action(
     """Pop pending jobs in queue order and search victims for each (see kai.actions.solvers).
 
     Victims of a preemptor are the potential victims (:func:`potential_victim`) that
-    ``accept(preemptor, job)``.  They are read from a :class:`VictimPool` kept for the
-    whole action, unless ``candidates`` gives the list itself or some job-order function
-    has no sort key (then the list is built per job).  ``accept_leaf(preemptor, queue)``,
-    if given, is False only for leaf queues none of whose jobs ``accept`` takes.
+    ``accept(preemptor, job)``.  They are read from a :class:`VictimPool` made on the
+    first search and kept for the whole action (and the next one, while no pod has
+    changed since: :func:`_victim_pool`), unless ``candidates`` gives the list itself
+    or some job-order function has no sort key (then the list is built per job).
+    ``accept_leaf(preemptor, queue)``, if given, is False only for leaf queues none of
+    whose jobs ``accept`` takes.
 
     ``refuse(job)``, if given, is asked first: a job it gives a reason for (recorded as
     the job's fit error) is not tried and does not count as failed.  ``precheck(job)``,

@@ -146,11 +146,12 @@ class JobQueue:
         # queues' state (``fn.queue_local = True``) and the caller changes queue state
         # only through events (allocate does).  Decisions are unchanged.
         #
-        # In victim mode a comparison reads the two sides' victims: the jobs popped from
-        # each side's best leaf so far and that leaf's next job.  Popped lists only grow,
-        # so a leaf and its popped count name the same victims; the comparison is reused
-        # on the same condition, without being asked (an eviction search changes no
-        # queue state between its pops).
+        # In victim mode a comparison also reads the two sides' victims: the jobs popped
+        # from each side's best leaf so far and that leaf's next job.  Popped lists only
+        # grow, so a leaf and its popped count name the same victims, and a comparison
+        # is reused while those, the jobs and both queue versions are unchanged.  Victim
+        # queues are always read that way (eviction searches change queue state only
+        # through statements, whose events bump the versions).
         self._memo: dict[tuple[str, str], tuple] | None = None
         if reuse_comparisons or victim_mode:
             regs = ssn.registered("queue_order")
