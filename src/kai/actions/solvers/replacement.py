@@ -53,10 +53,11 @@ VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 GROUP_NODES_FROM = 48
 
 #: The check pays only where simulations fail at the preemptor: where it says "placed"
-#: the Python loop runs anyway.  A session keeps a credit: each "not placed" adds
-#: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each "placed" takes one; with none left it
-#: asks only once per ``PROBE_EVERY`` simulations, until a "not placed" gives credit
-#: again.  (Its verdict is the simulation's outcome either way: this changes speed.)
+#: the Python loop runs anyway.  A session keeps a credit: each simulation that does not
+#: place the preemptor adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each that does takes
+#: one, whether the check or the Python loop found it; with none left the check is
+#: asked only once per ``PROBE_EVERY`` simulations.  (Its verdict is the simulation's
+#: outcome either way: this changes speed.)
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
@@ -229,11 +230,16 @@ class ReplacementCheck:
             return None
         arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
         placed = bool(self.picker.native.replace_until_preemptor(arrays))
+        self.account(placed)
+        return placed
+
+    def account(self, placed: bool) -> None:
+        """A simulation placed its preemptor or not (see ``CREDIT_START``): told by
+        :meth:`preemptor_placed`, and by the simulation for the ones it did not decide."""
         if placed:
             self._credit -= 1
         else:
             self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)
-        return placed
 
     def _victims(self, victims: list[Task]) -> tuple[np.ndarray, ...]:
         """The victims' arrays: pods running or bound before the session, or bound in it

@@ -117,9 +117,16 @@ def _least_gpu_need(jobs: list[Job]) -> float:
     return least
 
 
-def _verify(compiled: bool | None, placed: bool, scenario: Scenario) -> None:
-    """Under ``KAI_VERIFY_REPLACEMENT=1``: the compiled re-placement said the same."""
-    if compiled is not None and compiled != placed:
+def _verify(
+    check: ReplacementCheck | None, compiled: bool | None, placed: bool, scenario: Scenario
+) -> None:
+    """Whether the preemptor was placed, told to the check when it did not decide;
+    under ``KAI_VERIFY_REPLACEMENT=1``, that the compiled re-placement said the same."""
+    if compiled is None:
+        if check is not None:
+            check.account(placed)
+        return
+    if compiled != placed:
         raise AssertionError(
             f"compiled re-placement said the preemptor is {'' if compiled else 'not '}placed, "
             f"the simulation {'placed' if placed else 'did not place'} it: {scenario!r}"
@@ -171,7 +178,7 @@ def simulate(
             break
         if job is view:
             placed = place_tasks(ssn, stmt, job, scenario.pending, within)
-            _verify(compiled, placed, scenario)
+            _verify(check, compiled, placed, scenario)
             if not placed:
                 stmt.discard()
                 return Simulation(False)
@@ -184,7 +191,7 @@ def simulate(
             ):
                 room.touched({n for op in ops[start:] for n in (op.prev_node, op.task.node)})
     if not placed:
-        _verify(compiled, placed, scenario)
+        _verify(check, compiled, placed, scenario)
         stmt.discard()
         return Simulation(False)
     # Victims still releasing, and victims this session had placed whose placement the
