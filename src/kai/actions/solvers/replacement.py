@@ -168,6 +168,8 @@ class ReplacementCheck:
         # Per pod, what the session does not change: its constraint set's masks, its
         # nominated node and its GPU request.
         self._pods: dict[Task, tuple[np.ndarray, int, float]] = {}
+        # Per victim pod, what no simulation changes (_victim_kind).
+        self._victim_kinds: dict[Task, tuple[int, bool] | tuple[()]] = {}
         # The victims' jobs laid out, by (job, its evicted pods, its queue's version),
         # for one version of the pool.
         self._layouts: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
@@ -245,33 +247,53 @@ class ReplacementCheck:
         """The victims' arrays: pods running or bound before the session, or bound in it
         (their pods not on a node yet: the eviction takes them back to pending), of jobs
         that are not semi-preemptible.  Either eviction leaves the place releasing."""
-        nodes, index = self.ssn.nodes, self.index
-        leaves, np_flags = [], []
+        nodes = self.ssn.nodes
+        held, vacated, kinds = nodes.held, nodes.vacated, self._victim_kinds
+        leaves, np_flags, at = [], [], []
         for task in victims:
-            job = task.job
-            bound_here = task.status is TaskStatus.BINDING and not task.pod.node_name
+            kind = kinds.get(task)
+            if kind is None:
+                kind = kinds[task] = self._victim_kind(task)
+            status = task.status
             if (
-                (task.status not in _BOUND_BEFORE and not bound_here)
+                not kind
+                or (
+                    status not in _BOUND_BEFORE
+                    and not (status is TaskStatus.BINDING and not task.pod.node_name)
+                )
                 or task.virtually_evicted
                 or task.node < 0
-                or task.gpu_fraction > 0
-                or task.gpu_memory_mib > 0
-                or task in nodes.held
-                or task in nodes.vacated
-                or job.preemptibility == SEMI_PREEMPTIBLE
-                or job.queue not in index
+                or task in held
+                or task in vacated
             ):
                 raise _Unsupported
-            leaves.append(index[job.queue])
-            np_flags.append(not job.preemptible)
+            leaves.append(kind[0])
+            np_flags.append(kind[1])
+            at.append(task.node)
         req = np.array([t.request for t in victims], dtype=np.float64)
         return (
             req,
             np.ascontiguousarray(req[:, QUEUE_COLUMNS]),
-            np.array([t.node for t in victims], dtype=np.int64),
+            np.array(at, dtype=np.int64),
             np.array(leaves, dtype=np.int64),
             np.array(np_flags, dtype=np.bool_),
         )
+
+    def _victim_kind(self, task: Task) -> tuple[int, bool] | tuple[()]:
+        """What :meth:`_victims` reads of a victim that no simulation changes: its leaf
+        queue's index and whether its job is non-preemptible; empty for a victim the
+        core does not take (a GPU fraction or GPU memory, a semi-preemptible job, a
+        queue outside the tree)."""
+        job = task.job
+        leaf = self.index.get(job.queue) if job.queue is not None else None
+        if (
+            leaf is None
+            or task.gpu_fraction > 0
+            or task.gpu_memory_mib > 0
+            or job.preemptibility == SEMI_PREEMPTIBLE
+        ):
+            return ()
+        return leaf, not job.preemptible
 
     def _as_evicted(
         self,
@@ -398,7 +420,7 @@ class ReplacementCheck:
     ) -> _Participant:
         """``job`` as a participant whose pods to place are ``tasks``, its pods
         ``evicted`` evicted by the simulation, in the session's current state."""
-        leaf = self.index.get(job.queue or "")
+        leaf = self.index.get(job.queue) if job.queue is not None else None
         if leaf is None or job.preemptibility == SEMI_PREEMPTIBLE:
             raise _Unsupported
         nodes, pods = self.ssn.nodes, self._pods
