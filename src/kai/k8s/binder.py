@@ -738,6 +738,9 @@ class Binder:
         self, d: Any, gang: _Gang, outcome: str, err: BaseException | None, labelled: bool
     ) -> bool:
         """A bind's outcome; True for the last of its gang."""
+        if outcome == "failed" and err is not None and _assigned_node(err) == d.node:
+            # A retry after a bind that went through but whose answer was lost.
+            outcome, err = "bound", None
         with gang.lock:
             gang.outcomes[d.pod] = (outcome, err, labelled)
             if outcome == "bound":
@@ -789,16 +792,14 @@ class Binder:
     def _bind_with_retries(
         self, batch: _Batch, d: Any, attempts: int, backoff: float
     ) -> BaseException | None:
-        """Bind ``d``'s pod, waiting for the answers (see :func:`with_retries`); why not,
-        or None once it is bound."""
+        """Bind ``d``'s pod, waiting for the answers (see :func:`with_retries`); the last
+        error, or None once an answer said it is bound (:meth:`_record` reads the error)."""
         ns, _, name = d.pod.partition("/")
         uid = _uid(batch, d)
         try:
             with_retries(lambda: self.client.bind(ns, name, d.node, uid), attempts, backoff)
         except Exception as err:  # noqa: BLE001 - reported per pod
-            # A retry after a bind that went through but whose answer was lost.
-            if _assigned_node(err) != d.node:
-                return err
+            return err
         return None
 
     # ------------------------------------------------------------------ pipelined binds
@@ -880,9 +881,6 @@ class Binder:
         on_worker: bool = False,
     ) -> None:
         self.metrics.task_bind_latency.observe((time.perf_counter() - start) * 1000.0)
-        # A retry after a bind that went through but whose answer was lost.
-        if err is not None and _assigned_node(err) == d.node:
-            err = None
         try:
             if self._record(d, gang, "bound" if err is None else "failed", err, False):
                 if gang.failed and not on_worker:
