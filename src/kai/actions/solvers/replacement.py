@@ -285,15 +285,17 @@ class ReplacementCheck:
         core does not take (a GPU fraction or GPU memory, a semi-preemptible job, a
         queue outside the tree)."""
         job = task.job
-        leaf = self.index.get(job.queue) if job.queue is not None else None
-        if (
-            leaf is None
-            or task.gpu_fraction > 0
-            or task.gpu_memory_mib > 0
-            or job.preemptibility == SEMI_PREEMPTIBLE
-        ):
+        leaf = self._leaf_of(job)
+        if leaf is None or task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
             return ()
         return leaf, not job.preemptible
+
+    def _leaf_of(self, job: Job) -> int | None:
+        """The index of ``job``'s leaf queue, if the core takes the job: not a
+        semi-preemptible one, nor one of a queue outside the tree."""
+        if job.queue is None or job.preemptibility == SEMI_PREEMPTIBLE:
+            return None
+        return self.index.get(job.queue)
 
     def _as_evicted(
         self,
@@ -420,8 +422,8 @@ class ReplacementCheck:
     ) -> _Participant:
         """``job`` as a participant whose pods to place are ``tasks``, its pods
         ``evicted`` evicted by the simulation, in the session's current state."""
-        leaf = self.index.get(job.queue) if job.queue is not None else None
-        if leaf is None or job.preemptibility == SEMI_PREEMPTIBLE:
+        leaf = self._leaf_of(job)
+        if leaf is None:
             raise _Unsupported
         nodes, pods = self.ssn.nodes, self._pods
         pool = base.pool
