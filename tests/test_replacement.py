@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kai.bench as bench
+from kai import _fast
 from kai.actions.solvers import replacement
 from kai.actions.solvers.replacement import VERIFY_ENV, ReplacementCheck
 from kai.bench_clusters import NOW, random_cluster
@@ -171,3 +172,60 @@ def test_the_credit_follows_every_simulations_outcome() -> None:
     _verify(check, None, False, None)  # not placed: the check would have paid off
     check.preemptor_placed([], [], None, [], None)
     assert check._passed == 1  # asked
+
+
+def _same_arrays(got: tuple | None, want: tuple | None) -> None:
+    assert (got is None) == (want is None)
+    for a, b in zip(got or (), want or (), strict=True):
+        if isinstance(b, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+            assert np.array_equal(a, b) and a.flags.c_contiguous, (a, b)
+        else:
+            assert a == b
+
+
+@pytest.mark.skipif(_fast.module("layout") is None, reason="kai._fast.layout is not built")
+def test_compiled_layout_is_the_reference(monkeypatch) -> None:
+    """kai._fast.layout lays every simulation's participants and victims out in the very
+    arrays the Python reference does, and refuses the same victims."""
+    from hypothesis import given
+
+    from tests._kai_cluster import run
+    from tests.test_eviction_properties import SETTINGS, clusters
+
+    layout = _fast.module("layout")
+    compiled_lay_out, compiled_victims = layout.lay_out, layout.victims
+    seen: Counter = Counter()
+
+    def lay_out(*args):
+        got = compiled_lay_out(*args)
+        _same_arrays(got, replacement.lay_out(*args))
+        seen["layouts"] += 1
+        return got
+
+    def victims(tasks, kinds, *rest):
+        want = replacement.victim_arrays(tasks, dict(kinds), *rest)
+        got = compiled_victims(tasks, kinds, *rest)
+        _same_arrays(got, want)
+        seen["refused" if got is None else "victims"] += 1
+        return got
+
+    monkeypatch.setattr(layout, "lay_out", lay_out)
+    monkeypatch.setattr(layout, "victims", victims)
+    for seed in SEEDS:
+        _session(_random(seed), actions=ACTIONS)
+
+    @SETTINGS
+    @given(clusters(contested=True))
+    def contested(case) -> None:
+        run(case[0], ["allocate", "reclaim", "preempt"])
+
+    contested()
+    assert seen["layouts"] > 100 and seen["victims"] > 100 and seen["refused"] > 0, seen
+
+
+@pytest.mark.parametrize("seed", SEEDS[::8])
+def test_sessions_decide_the_same_with_the_python_layout(seed: int) -> None:
+    compiled = _session(_random(seed), actions=ACTIONS)
+    with _fast.pure_python():
+        assert _session(_random(seed), actions=ACTIONS) == compiled

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kai import _fast
 from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import NodePicker
 from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
@@ -40,6 +41,9 @@ from kai.plugins.proportion import QUEUE_COLUMNS, ProportionPlugin, QueueKernel
 
 #: The victims the core evicts: pods running or bound before the session.
 _BOUND_BEFORE = (TaskStatus.RUNNING, TaskStatus.BOUND)
+
+#: The request columns of a queue vector, as the layouts take them.
+_COLUMNS = tuple(int(c) for c in QUEUE_COLUMNS)
 
 #: Where a session keeps its check (``ssn.cache``).
 CHECK_KEY = "solver.replacement_check"
@@ -175,6 +179,8 @@ class ReplacementCheck:
         self._layouts: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
         # The preemptors' views laid out, by (job, its pending pods, its queue's version).
         self._views: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
+        # The queues' allocations, for one version of the node table.
+        self._allocations: tuple[Any, int, np.ndarray, np.ndarray] | None = None
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self._credit = CREDIT_START
         self._passed = 0
@@ -244,40 +250,23 @@ class ReplacementCheck:
             self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)
 
     def _victims(self, victims: list[Task]) -> tuple[np.ndarray, ...]:
-        """The victims' arrays: pods running or bound before the session, or bound in it
-        (their pods not on a node yet: the eviction takes them back to pending), of jobs
-        that are not semi-preemptible.  Either eviction leaves the place releasing."""
+        """The victims' arrays (:func:`victim_arrays`)."""
         nodes = self.ssn.nodes
-        held, vacated, kinds = nodes.held, nodes.vacated, self._victim_kinds
-        leaves, np_flags, at = [], [], []
-        for task in victims:
-            kind = kinds.get(task)
-            if kind is None:
-                kind = kinds[task] = self._victim_kind(task)
-            status = task.status
-            if (
-                not kind
-                or (
-                    status not in _BOUND_BEFORE
-                    and not (status is TaskStatus.BINDING and not task.pod.node_name)
-                )
-                or task.virtually_evicted
-                or task.node < 0
-                or task in held
-                or task in vacated
-            ):
-                raise _Unsupported
-            leaves.append(kind[0])
-            np_flags.append(kind[1])
-            at.append(task.node)
-        req = np.array([t.request for t in victims], dtype=np.float64)
-        return (
-            req,
-            np.ascontiguousarray(req[:, QUEUE_COLUMNS]),
-            np.array(at, dtype=np.int64),
-            np.array(leaves, dtype=np.int64),
-            np.array(np_flags, dtype=np.bool_),
+        fast = _fast.module("layout")
+        arrays = (fast.victims if fast is not None else victim_arrays)(
+            victims,
+            self._victim_kinds,
+            self._victim_kind,
+            nodes.held,
+            nodes.vacated,
+            _BOUND_BEFORE,
+            TaskStatus.BINDING,
+            nodes.idle.shape[1],
+            _COLUMNS,
         )
+        if arrays is None:
+            raise _Unsupported
+        return arrays
 
     def _victim_kind(self, task: Task) -> tuple[int, bool] | tuple[()]:
         """What :meth:`_victims` reads of a victim that no simulation changes: its leaf
@@ -476,86 +465,59 @@ class ReplacementCheck:
         preemptor's view) in a simulation queue's order, standing in for the jobs
         ``replaces``."""
         pool = base.pool
-        # Each leaf's participants in order (SimulationQueue's entries): by job-order
-        # key, then before the pool's entries of an equal key, in the order given.
-        n = len(parts)
-        per_leaf: dict[int, list[tuple]] = {}
-        children = base.children
+        # The leaves a simulation queue links after the pool's (in the parts' order).
         extra: list[str] = []
-        for i, part in enumerate(parts):
-            entries = per_leaf.get(part.leaf)
-            if entries is None:
-                entries = per_leaf[part.leaf] = []
-                name = self.names[part.leaf]
-                if not pool.leaves.get(name) and name not in extra:
-                    extra.append(name)  # a leaf the queue links after the pool's
-            entries.append((part.key, i - n, i))
+        for part in parts:
+            name = self.names[part.leaf]
+            if not pool.leaves.get(name) and name not in extra:
+                extra.append(name)
         if extra:
-            children = {parent: list(kids) for parent, kids in children.items()}
+            children = {parent: list(kids) for parent, kids in base.children.items()}
             for name in extra:
                 link_leaf(children, self.ssn.queue_path(name))
             kid_start, kids = self._tree(children)
         else:
             kid_start, kids = base.tree
-        own_start, own, before = [0], [], []
-        p_leaf: list[int] = []
-        p_request: list[np.ndarray] = []
-        task_start, np_count, np_charge, gpu_need = [0], [], [], []
-        rows: list[np.ndarray] = []
-        t_mask: list[int] = []
-        t_nominated: list[int] = []
-        t_evicted: list[int] = []
-        t_vacated: list[int] = []
-        slots: dict[int, int] = {}
-        stacked: list[np.ndarray] = []
-        preemptor_at = -1
-        for q in range(len(self.names)):
-            entries = per_leaf.get(q)
-            if entries is not None:
-                entries.sort()
-                for _key, _seq, i in entries:
-                    part = parts[i]
-                    m = len(p_leaf)
-                    if i == n - 1:
-                        preemptor_at = m
-                    own.append(m)
-                    before.append(part.before)
-                    p_request.append(part.request)
-                    p_leaf.append(q)
-                    np_count.append(part.np_count)
-                    np_charge.append(part.np_charge)
-                    gpu_need.append(part.gpu_need)
-                    for mask in part.masks:
-                        slot = slots.get(id(mask))
-                        if slot is None:
-                            slot = slots[id(mask)] = len(stacked)
-                            stacked.append(mask)
-                        t_mask.append(slot)
-                    t_nominated += part.nominated
-                    t_evicted += part.evicted_from
-                    t_vacated += part.vacated_at
-                    rows += part.rows
-                    task_start.append(len(rows))
-            own_start.append(len(own))
         nodes = self.ssn.nodes
-        t_req = np.array(rows, dtype=np.float64).reshape(len(rows), nodes.idle.shape[1])
+        fast = _fast.module("layout")
+        (
+            preemptor_at,
+            own_start,
+            own,
+            before,
+            p_request,
+            p_leaf,
+            task_start,
+            np_count,
+            np_charge,
+            gpu_need,
+            masks,
+            t_req,
+            t_qvec,
+            t_mask,
+            t_nominated,
+            t_evicted,
+            t_vacated,
+        ) = (fast.lay_out if fast is not None else lay_out)(
+            parts, len(self.names), nodes.idle.shape[1], _COLUMNS
+        )
         skipped = np.zeros(len(base.request), dtype=np.bool_)
         for job in replaces:
             at = base.index.get(job)
             if at is not None:
                 skipped[at] = True
-        shares = self.shares
+        q_alloc, q_alloc_np = self._queue_allocations()
         kernel = self.queues
         return ReplacementArrays(
             idle=nodes.idle,
             releasing=nodes.releasing,
             within=within,
-            masks=np.array(stacked, dtype=np.bool_),
+            masks=masks,
             predicates=len(self.picker.predicates),
             count_slack=COUNT_SLACK,
             alike_from=GROUP_NODES_FROM,
-            q_alloc=np.array([s.allocated for s in shares], dtype=np.float64),
-            q_alloc_np=np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64),
+            q_alloc=q_alloc,
+            q_alloc_np=q_alloc_np,
             q_deserved=kernel.deserved,
             q_limit=kernel.limit,
             q_fair=kernel.fair_share,
@@ -571,22 +533,160 @@ class ReplacementCheck:
             base_request=base.request,
             base_skipped=skipped,
             preemptor=preemptor_at,
-            own_start=np.array(own_start, dtype=np.int64),
-            own=np.array(own, dtype=np.int64),
-            p_before=np.array(before, dtype=np.int64),
-            p_request=np.array(p_request, dtype=np.float64).reshape(len(p_leaf), 3),
-            p_leaf=np.array(p_leaf, dtype=np.int64),
-            p_task_start=np.array(task_start, dtype=np.int64),
-            p_np_count=np.array(np_count, dtype=np.int64),
-            p_np_charge=np.array(np_charge, dtype=np.bool_),
-            p_gpu_need=np.array(gpu_need, dtype=np.float64),
+            own_start=own_start,
+            own=own,
+            p_before=before,
+            p_request=p_request,
+            p_leaf=p_leaf,
+            p_task_start=task_start,
+            p_np_count=np_count,
+            p_np_charge=np_charge,
+            p_gpu_need=gpu_need,
             t_req=t_req,
-            t_qvec=np.ascontiguousarray(t_req[:, QUEUE_COLUMNS]),
-            t_mask=np.array(t_mask, dtype=np.int64),
-            t_nominated=np.array(t_nominated, dtype=np.int64),
-            t_evicted_from=np.array(t_evicted, dtype=np.int64),
-            t_vacated_at=np.array(t_vacated, dtype=np.int64),
+            t_qvec=t_qvec,
+            t_mask=t_mask,
+            t_nominated=t_nominated,
+            t_evicted_from=t_evicted,
+            t_vacated_at=t_vacated,
         )
+
+    def _queue_allocations(self) -> tuple[np.ndarray, np.ndarray]:
+        """The queues' allocations (all, and non-preemptible), kept while no pod changes
+        status: a change moves a pod on the node table, whose version it bumps, and is
+        the only thing that charges a queue."""
+        nodes = self.ssn.nodes
+        kept = self._allocations
+        if kept is not None and kept[0] is nodes and kept[1] == nodes.version:
+            return kept[2], kept[3]
+        shares = self.shares
+        q_alloc = np.array([s.allocated for s in shares], dtype=np.float64)
+        q_alloc_np = np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64)
+        self._allocations = (nodes, nodes.version, q_alloc, q_alloc_np)
+        return q_alloc, q_alloc_np
+
+
+def victim_arrays(
+    victims: list[Task],
+    kinds: dict[Task, tuple[int, bool] | tuple[()]],
+    kind_of: Callable[[Task], tuple[int, bool] | tuple[()]],
+    held: Container[object],
+    vacated: Container[object],
+    bound_before: tuple[TaskStatus, ...],
+    binding: TaskStatus,
+    n_resources: int,
+    columns: tuple[int, ...],
+) -> tuple[np.ndarray, ...] | None:
+    """The victims' arrays of :class:`ReplacementArrays` (``v_req``, ``v_qvec``,
+    ``v_node``, ``v_leaf``, ``v_np``), or None when the core does not take one of them.
+
+    It takes pods running or bound before the session (``bound_before``), or bound in it
+    (``binding``, not on a node yet: the eviction takes them back to pending), neither
+    evicted, held nor vacated already, whose kind (``kinds``, filled by ``kind_of``: the
+    leaf queue and whether the job is non-preemptible) is not empty.  Either eviction
+    leaves the place releasing.  The reference of ``kai._fast.layout.victims``, which
+    gives identical arrays.
+    """
+    leaves, np_flags, at = [], [], []
+    for task in victims:
+        kind = kinds.get(task)
+        if kind is None:
+            kind = kinds[task] = kind_of(task)
+        status = task.status
+        if (
+            not kind
+            or (status not in bound_before and not (status is binding and not task.pod.node_name))
+            or task.virtually_evicted
+            or task.node < 0
+            or task in held
+            or task in vacated
+        ):
+            return None
+        leaves.append(kind[0])
+        np_flags.append(kind[1])
+        at.append(task.node)
+    req = np.array([t.request for t in victims], dtype=np.float64).reshape(
+        len(victims), n_resources
+    )
+    return (
+        req,
+        np.ascontiguousarray(req[:, list(columns)]),
+        np.array(at, dtype=np.int64),
+        np.array(leaves, dtype=np.int64),
+        np.array(np_flags, dtype=np.bool_),
+    )
+
+
+def lay_out(
+    parts: list[_Participant], n_queues: int, n_resources: int, columns: tuple[int, ...]
+) -> tuple:
+    """The participants' arrays of :class:`ReplacementArrays`, in a simulation queue's
+    order: each leaf's participants (leaves by index) by job-order key, then before the
+    pool's entries of an equal key, in the order given (the preemptor's view last).
+
+    Returns the preemptor's place, then ``own_start``, ``own``, ``p_before``,
+    ``p_request``, ``p_leaf``, ``p_task_start``, ``p_np_count``, ``p_np_charge``,
+    ``p_gpu_need``, ``masks`` (each distinct mask once, in order of first use), ``t_req``,
+    ``t_qvec`` (its ``columns``), ``t_mask``, ``t_nominated``, ``t_evicted_from`` and
+    ``t_vacated_at``.  The reference of ``kai._fast.layout.lay_out``, which gives
+    identical arrays.
+    """
+    n = len(parts)
+    order = sorted((part.leaf, part.key, i - n, i) for i, part in enumerate(parts))
+    counts = [0] * (n_queues + 1)
+    preemptor_at = -1
+    before, leaf, np_count, np_charge, gpu_need = [], [], [], [], []
+    request: list[np.ndarray] = []
+    task_start = [0]
+    rows: list[np.ndarray] = []
+    t_mask: list[int] = []
+    t_nominated: list[int] = []
+    t_evicted: list[int] = []
+    t_vacated: list[int] = []
+    slots: dict[int, int] = {}
+    stacked: list[np.ndarray] = []
+    for m, (q, _key, _seq, i) in enumerate(order):
+        part = parts[i]
+        if i == n - 1:
+            preemptor_at = m
+        counts[q + 1] += 1
+        before.append(part.before)
+        request.append(part.request)
+        leaf.append(q)
+        np_count.append(part.np_count)
+        np_charge.append(part.np_charge)
+        gpu_need.append(part.gpu_need)
+        for mask in part.masks:
+            slot = slots.get(id(mask))
+            if slot is None:
+                slot = slots[id(mask)] = len(stacked)
+                stacked.append(mask)
+            t_mask.append(slot)
+        t_nominated += part.nominated
+        t_evicted += part.evicted_from
+        t_vacated += part.vacated_at
+        rows += part.rows
+        task_start.append(len(rows))
+    own_start = np.cumsum(counts, dtype=np.int64)
+    t_req = np.array(rows, dtype=np.float64).reshape(len(rows), n_resources)
+    return (
+        preemptor_at,
+        own_start,
+        np.arange(n, dtype=np.int64),
+        np.array(before, dtype=np.int64),
+        np.array(request, dtype=np.float64).reshape(n, 3),
+        np.array(leaf, dtype=np.int64),
+        np.array(task_start, dtype=np.int64),
+        np.array(np_count, dtype=np.int64),
+        np.array(np_charge, dtype=np.bool_),
+        np.array(gpu_need, dtype=np.float64),
+        np.array(stacked, dtype=np.bool_),
+        t_req,
+        np.ascontiguousarray(t_req[:, list(columns)]),
+        np.array(t_mask, dtype=np.int64),
+        np.array(t_nominated, dtype=np.int64),
+        np.array(t_evicted, dtype=np.int64),
+        np.array(t_vacated, dtype=np.int64),
+    )
 
 
 @contextmanager
