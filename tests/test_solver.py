@@ -480,6 +480,89 @@ def test_prefix_bound_skips_only_states_without_prefixes(seed: int, monkeypatch)
     assert skipped > 0 or seed % 2 == 0  # the large job's probes do skip states
 
 
+def _prefix_sets_afresh(ssn, state, feasible) -> list[frozenset[int]]:
+    """MultiNodeGang's batch sets of one accumulated state, each node's capacity summed
+    afresh (its base, then what each of its batches frees there, in batch order)."""
+    from kai.actions.solvers.scenario import node_gpu_capacity
+
+    base = node_gpu_capacity(ssn)
+    for node, gpus in state.recorded_on_node.items():
+        base[node] += gpus
+    smallest = float(state.gpu_requests.min()) if len(state.gpu_requests) else 0.0
+    demand = float(state.gpu_requests.sum())
+    capacity = {}
+    for node in state.node_order:
+        cap = float(base[node])
+        for gpus in state.freed_on_node[node]:
+            cap += gpus
+        capacity[node] = cap
+    candidates = sorted(
+        (n for n in state.node_order if capacity[n] + 1e-9 >= smallest), key=capacity.__getitem__
+    )
+    outside = feasible.copy()
+    outside[state.node_order] = False
+    needed = demand - float(sum(base[outside].tolist()))
+    total, start = 0.0, 0
+    for k, node in enumerate(candidates, start=1):
+        total += capacity[node]
+        if total + 1e-9 >= needed:
+            start = k
+            break
+    if start == 0:
+        return []
+    out, k, step = [], start, 1
+    while True:
+        out.append(frozenset(i for n in candidates[:k] for i in state.victim_nodes[n]))
+        if k >= len(candidates):
+            return out
+        k, step = min(len(candidates), k + step), step * 2
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_prefix_scenarios_match_sets_made_afresh(seed: int, monkeypatch) -> None:
+    """MultiNodeGang's scenarios, made from capacities, batch bits and candidates kept
+    across accumulation steps, are those of each state's prefixes made afresh (distinct
+    sets, in order), fractional GPUs and recorded victims included."""
+    from kai.actions.solvers import generators
+    from kai.actions.solvers.job_solver import feasible_nodes
+    from kai.actions.solvers.scenario import accumulate
+    from kai.framework.session import tasks_to_allocate
+
+    rng = np.random.default_rng(seed)
+    ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
+    compared = 0
+    for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
+        tasks = tasks_to_allocate(ssn, preemptor)
+        for k in sorted({1, len(tasks)}):
+            nodes = set(rng.choice(len(ssn.nodes), size=int(rng.integers(0, 3))).tolist())
+            recorded = [t for t in running if t.node in nodes]
+            within = feasible_nodes(ssn, tasks)
+            for t in recorded:
+                within[t.node] = True
+            cands = pool.candidates(lambda job, p=preemptor: job is not p)
+            got = [
+                sorted(t.uid for t in sc.victim_tasks())
+                for sc in generators.multi_node_gang(
+                    ssn, preemptor, tasks[:k], recorded, cands, within
+                )
+            ]
+            want, seen = [], set()
+            cands = pool.candidates(lambda job, p=preemptor: job is not p)
+            for state in accumulate(ssn, cands, tasks[:k], recorded):
+                if not state.batches:
+                    want.append(sorted(t.uid for t in recorded))
+                    continue
+                for chosen in _prefix_sets_afresh(ssn, state, within):
+                    if chosen not in seen:
+                        seen.add(chosen)
+                        batches = [state.batches[i] for i in sorted(chosen)]
+                        uids = {t.uid for t in recorded} | {t.uid for b in batches for t in b.tasks}
+                        want.append(sorted(uids))
+            assert got == want
+            compared += len(want)
+    assert compared > 0
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_placement_bound_shares_recorded_part(seed: int) -> None:
     """The placement pre-check over a probe's scenarios (recorded victims counted once)

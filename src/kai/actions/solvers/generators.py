@@ -12,6 +12,7 @@ Generators are registered by name; the ``sg-*`` plugins put the names on the ses
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -96,53 +97,60 @@ def multi_node_gang(
     candidates: list[Job],
     feasible: np.ndarray,
 ) -> Iterator[Scenario]:
-    seen: set[frozenset[int]] = set()
+    seen: set[int] = set()
     for state in accumulate(ssn, candidates, pending, recorded):
         if not state.batches:
             yield Scenario(preemptor, pending, recorded, [])
             continue
         for indices in _prefix_subsets(ssn, state, feasible):
-            key = frozenset(indices)
-            if key in seen:
+            if indices in seen:
                 continue
-            seen.add(key)
-            yield _scenario(state, preemptor, pending, sorted(indices))
+            seen.add(indices)
+            yield _scenario(state, preemptor, pending, _bit_indices(indices))
 
 
-def _prefix_subsets(
-    ssn: Session, state: AccumulatedState, feasible: np.ndarray
-) -> Iterator[set[int]]:
-    # GPUs per node before the batches: idle and releasing, plus what the recorded
-    # victims free on every node (also where no batch adds a victim).
-    base = node_gpu_capacity(ssn)
-    recorded_on_node = state.recorded_on_node
-    if recorded_on_node:
-        base[list(recorded_on_node)] += list(recorded_on_node.values())
-    requests = state.gpu_requests
-    smallest = float(requests.min()) if len(requests) else 0.0
-    demand = float(requests.sum())
+def _bit_indices(bits: int) -> list[int]:
+    """The positions of the bits set in ``bits``, ascending."""
+    raw = bits.to_bytes((bits.bit_length() + 7) // 8, "little")
+    return np.flatnonzero(np.unpackbits(np.frombuffer(raw, np.uint8), bitorder="little")).tolist()
+
+
+def _prefix_subsets(ssn: Session, state: AccumulatedState, feasible: np.ndarray) -> Iterator[int]:
+    """The sets of batches the gang scenarios of ``state`` evict, as bits (bit i: batch
+    i): those on the first k candidate nodes by capacity, for the smallest k that covers
+    the demand, then k + 1, k + 3, k + 7, ...  Bits make the sets cheap to unite and to
+    tell apart (a set is its integer)."""
+    request = state.prefix_request
+    if request is None:
+        gpus = state.gpu_requests
+        request = state.prefix_request = (
+            float(gpus.min()) if len(gpus) else 0.0,
+            float(gpus.sum()),
+        )
+    smallest, demand = request
+    nodes = ssn.nodes
     bound = state.prefix_bound
-    if bound is None or not bound.valid(base, feasible):
-        bound = state.prefix_bound = _PrefixBound(base, feasible, smallest)
+    seen_at = bound.seen_at if bound is not None and bound.feasible is feasible else None
+    if seen_at is not None and seen_at[0] is nodes and seen_at[1] == nodes.version:
+        # No pod changed status since the bound's base was made or last found the same.
+        base = bound.base
+    else:
+        # GPUs per node before the batches: idle and releasing, plus what the recorded
+        # victims free on every node (also where no batch adds a victim).
+        base = node_gpu_capacity(ssn)
+        recorded_on_node = state.recorded_on_node
+        if recorded_on_node:
+            base[list(recorded_on_node)] += list(recorded_on_node.values())
+        if bound is None or not bound.valid(base, feasible):
+            bound = state.prefix_bound = _PrefixBound(base, feasible, smallest)
+        bound.seen_at = (nodes, nodes.version)  # for this ``feasible`` (valid checks it)
     if not bound.may_cover(state, demand):
         return
     order = state.node_order  # victim-bearing nodes in first-appearance order
-    capacity: dict[int, float] = {}
     index = np.array(order, dtype=np.intp)
-    totals = state.freed_total_array()
-    base_at = base[index]
-    # Whole GPUs only: every partial sum is an exact integer, so summing the batch
-    # totals at once gives the same values as adding batch by batch.
-    whole = totals is not None and (bound.whole or np.array_equal(base_at, np.floor(base_at)))
-    if whole:
-        capacity = dict(zip(order, (base_at + totals[index]).tolist()))  # type: ignore[index]
-    else:
-        freed_on_node = state.freed_on_node
-        for node, cap in zip(order, base_at.tolist()):
-            for freed in freed_on_node[node]:  # per batch on the node, in batch order
-                cap += freed
-            capacity[node] = float(cap)  # a Python float: compared many times below
-    candidates = [n for n in order if capacity[n] + 1e-9 >= smallest]
+    capacity, node_bits, in_order = bound.take_in(state)
+    # The victim-bearing nodes that can take the smallest request, in node order.
+    candidates = list(in_order)
     if not candidates:
         return
     candidates.sort(key=capacity.__getitem__)  # stable: equal capacities in node order
@@ -164,14 +172,12 @@ def _prefix_subsets(
         return
     m = len(candidates)
     k, step = start, 1
-    victim_nodes = state.victim_nodes
-    chosen: set[int] = set()
+    chosen = 0
     taken = 0
     while True:
-        # The batches on the first k candidates; the set grows in place (the caller
-        # reads each prefix before asking for the next).
+        # The batches on the first k candidates.
         for node in candidates[taken:k]:
-            chosen.update(victim_nodes.get(node, ()))
+            chosen |= node_bits[node]
         taken = k
         yield chosen
         if k >= m:
@@ -200,6 +206,57 @@ class _PrefixBound:
         self.candidates = 0  # nodes with capacity + 1e-9 >= smallest
         self.total = 0.0  # their capacity
         self.seen = 0  # entries of ``state.touched`` taken in
+        # Per victim-bearing node, its capacity with every batch added so far, its
+        # batches as bits, and how many batches that is (see take_in).
+        self._node_capacity: dict[int, float] = {}
+        self._node_bits: dict[int, int] = {}
+        self._node_batches: dict[int, int] = {}
+        self._taken_in = 0  # entries of ``state.touched`` taken in there
+        # The nodes whose capacity takes the smallest request, in node order (a
+        # capacity only grows as batches are added), and each node's place in that order.
+        self._candidates: list[int] = []
+        self._position: dict[int, int] = {}
+        # The node table and its version when ``base`` was last found the same.
+        self.seen_at: tuple[object, int] | None = None
+
+    def take_in(
+        self, state: AccumulatedState
+    ) -> tuple[dict[int, float], dict[int, int], list[int]]:
+        """Per victim-bearing node, its base capacity plus what each of its batches
+        frees there, added in batch order, and its batches as bits (bit i: batch i); and
+        the nodes whose capacity takes the smallest request, in ``state.node_order``.
+        Kept across the accumulation steps, each step taking in only the new batches:
+        the same additions, in the same order, as summing each node afresh.  The caller
+        only reads them."""
+        capacity, bits = self._node_capacity, self._node_bits
+        touched = state.touched
+        if self._taken_in < len(touched):
+            position, order = self._position, state.node_order
+            for node in order[len(position) :]:
+                position[node] = len(position)
+            candidates, smallest = self._candidates, self.smallest
+            freed_on_node, victim_nodes = state.freed_on_node, state.victim_nodes
+            counted, base = self._node_batches, self.base
+            for node in touched[self._taken_in :]:
+                freed = freed_on_node[node]
+                done = counted.get(node, 0)
+                if done < len(freed):
+                    value = capacity.get(node)
+                    if value is None:
+                        value = float(base[node])
+                    mask = bits.get(node, 0)
+                    for gpus in freed[done:]:
+                        value += gpus
+                    for batch in victim_nodes[node][done:]:
+                        mask |= 1 << batch
+                    if node not in capacity or capacity[node] + 1e-9 < smallest:
+                        if value + 1e-9 >= smallest:
+                            insort(candidates, node, key=position.__getitem__)
+                    capacity[node] = value
+                    bits[node] = mask
+                    counted[node] = len(freed)
+            self._taken_in = len(touched)
+        return capacity, bits, self._candidates
 
     def valid(self, base: np.ndarray, feasible: np.ndarray) -> bool:
         return feasible is self.feasible and np.array_equal(base, self.base)

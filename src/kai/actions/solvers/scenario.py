@@ -270,8 +270,10 @@ class AccumulatedState:
         # every amount freed is a whole number of GPUs (then exact in any order).
         self._totals: np.ndarray | None = None
         self._whole = True
-        # Kept by the prefix generator (kai.actions.solvers.generators).
+        # Kept by the prefix generator (kai.actions.solvers.generators): its bound, and
+        # the smallest and the summed GPU request of ``pending``.
         self.prefix_bound: Any = None
+        self.prefix_request: tuple[float, float] | None = None
         self._free_recorded()
         self.gpu_requests = np.array([gpu_need(ssn, t) for t in pending], dtype=np.float64)
         reqs = [t.request.copy() for t in pending]
