@@ -518,16 +518,19 @@ def _prefix_sets_afresh(ssn, state, feasible) -> list[frozenset[int]]:
         k, step = min(len(candidates), k + step), step * 2
 
 
+@pytest.mark.parametrize("bits_up_to", [1024, 3, 0])
 @pytest.mark.parametrize("seed", range(9))
-def test_prefix_scenarios_match_sets_made_afresh(seed: int, monkeypatch) -> None:
-    """MultiNodeGang's scenarios, made from capacities, batch bits and candidates kept
-    across accumulation steps, are those of each state's prefixes made afresh (distinct
-    sets, in order), fractional GPUs and recorded victims included."""
+def test_prefix_scenarios_match_sets_made_afresh(seed: int, bits_up_to: int, monkeypatch) -> None:
+    """MultiNodeGang's scenarios, made from capacities, batch sets (as bits up to
+    ``bits_up_to`` batches) and candidates kept across accumulation steps, are those of
+    each state's prefixes made afresh (distinct sets, in order), fractional GPUs and
+    recorded victims included."""
     from kai.actions.solvers import generators
     from kai.actions.solvers.job_solver import feasible_nodes
     from kai.actions.solvers.scenario import accumulate
     from kai.framework.session import tasks_to_allocate
 
+    monkeypatch.setattr(generators, "_BITS_UP_TO", bits_up_to)
     rng = np.random.default_rng(seed)
     ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
     compared = 0

@@ -97,16 +97,27 @@ def multi_node_gang(
     candidates: list[Job],
     feasible: np.ndarray,
 ) -> Iterator[Scenario]:
-    seen: set[int] = set()
+    seen: set[int] = set()  # the sets yielded, as bits
+    seen_sets: set[frozenset[int]] | None = None  # the same, once sets come instead
     for state in accumulate(ssn, candidates, pending, recorded):
         if not state.batches:
             yield Scenario(preemptor, pending, recorded, [])
             continue
         for indices in _prefix_subsets(ssn, state, feasible):
-            if indices in seen:
-                continue
-            seen.add(indices)
-            yield _scenario(state, preemptor, pending, _bit_indices(indices))
+            if isinstance(indices, int):
+                if indices in seen:
+                    continue
+                seen.add(indices)
+                chosen = _bit_indices(indices)
+            else:
+                if seen_sets is None:  # bits come no more (see _prefix_subsets)
+                    seen_sets = {frozenset(_bit_indices(bits)) for bits in seen}
+                key = frozenset(indices)
+                if key in seen_sets:
+                    continue
+                seen_sets.add(key)
+                chosen = sorted(indices)
+            yield _scenario(state, preemptor, pending, chosen)
 
 
 def _bit_indices(bits: int) -> list[int]:
@@ -115,11 +126,15 @@ def _bit_indices(bits: int) -> list[int]:
     return np.flatnonzero(np.unpackbits(np.frombuffer(raw, np.uint8), bitorder="little")).tolist()
 
 
-def _prefix_subsets(ssn: Session, state: AccumulatedState, feasible: np.ndarray) -> Iterator[int]:
-    """The sets of batches the gang scenarios of ``state`` evict, as bits (bit i: batch
-    i): those on the first k candidate nodes by capacity, for the smallest k that covers
-    the demand, then k + 1, k + 3, k + 7, ...  Bits make the sets cheap to unite and to
-    tell apart (a set is its integer)."""
+def _prefix_subsets(
+    ssn: Session, state: AccumulatedState, feasible: np.ndarray
+) -> Iterator[int | set[int]]:
+    """The sets of batches the gang scenarios of ``state`` evict: those on the first k
+    candidate nodes by capacity, for the smallest k that covers the demand, then k + 1,
+    k + 3, k + 7, ...  As bits (bit i: batch i) while the state has at most
+    ``_BITS_UP_TO`` batches: cheap to unite and to tell apart (a set is its integer);
+    beyond, an integer costs more to make than a set, and a set is yielded (grown in
+    place: the caller reads each before asking for the next)."""
     request = state.prefix_request
     if request is None:
         gpus = state.gpu_requests
@@ -172,8 +187,20 @@ def _prefix_subsets(ssn: Session, state: AccumulatedState, feasible: np.ndarray)
         return
     m = len(candidates)
     k, step = start, 1
-    chosen = 0
     taken = 0
+    if node_bits is None:
+        victim_nodes = state.victim_nodes
+        members: set[int] = set()
+        while True:
+            for node in candidates[taken:k]:
+                members.update(victim_nodes.get(node, ()))
+            taken = k
+            yield members
+            if k >= m:
+                return
+            k = min(m, k + step)
+            step *= 2
+    chosen = 0
     while True:
         # The batches on the first k candidates.
         for node in candidates[taken:k]:
@@ -209,7 +236,7 @@ class _PrefixBound:
         # Per victim-bearing node, its capacity with every batch added so far, its
         # batches as bits, and how many batches that is (see take_in).
         self._node_capacity: dict[int, float] = {}
-        self._node_bits: dict[int, int] = {}
+        self._node_bits: dict[int, int] | None = {}
         self._node_batches: dict[int, int] = {}
         self._taken_in = 0  # entries of ``state.touched`` taken in there
         # The nodes whose capacity takes the smallest request, in node order (a
@@ -221,42 +248,61 @@ class _PrefixBound:
 
     def take_in(
         self, state: AccumulatedState
-    ) -> tuple[dict[int, float], dict[int, int], list[int]]:
+    ) -> tuple[dict[int, float], dict[int, int] | None, list[int]]:
         """Per victim-bearing node, its base capacity plus what each of its batches
-        frees there, added in batch order, and its batches as bits (bit i: batch i); and
-        the nodes whose capacity takes the smallest request, in ``state.node_order``.
+        frees there, added in batch order; its batches as bits (bit i: batch i; None once
+        the state has more than ``_BITS_UP_TO`` batches); and the nodes whose capacity
+        takes the smallest request, in ``state.node_order``.
         Kept across the accumulation steps, each step taking in only the new batches:
-        the same additions, in the same order, as summing each node afresh.  The caller
-        only reads them."""
-        capacity, bits = self._node_capacity, self._node_bits
+        the same additions, in the same order, as summing each node afresh (with whole
+        GPUs on a whole base, the sum is exact in any order: the node's total).  The
+        caller only reads them."""
+        capacity = self._node_capacity
         touched = state.touched
         if self._taken_in < len(touched):
             position, order = self._position, state.node_order
             for node in order[len(position) :]:
                 position[node] = len(position)
-            candidates, smallest = self._candidates, self.smallest
-            freed_on_node, victim_nodes = state.freed_on_node, state.victim_nodes
+            smallest, victim_nodes = self.smallest, state.victim_nodes
+            totals = state.freed_total_array()
+            freed_on_node: dict[int, list[float]] | None = None
             counted, base = self._node_batches, self.base
+            fresh: list[int] = []  # nodes that now take the smallest request
+            if self._node_bits is not None and len(state.batches) > _BITS_UP_TO:
+                self._node_bits = None
+            bits = self._node_bits
             for node in touched[self._taken_in :]:
-                freed = freed_on_node[node]
+                batches = victim_nodes[node]
                 done = counted.get(node, 0)
-                if done < len(freed):
-                    value = capacity.get(node)
-                    if value is None:
-                        value = float(base[node])
-                    mask = bits.get(node, 0)
-                    for gpus in freed[done:]:
+                if done == len(batches):
+                    continue
+                old = capacity.get(node)
+                value = float(base[node])
+                if totals is not None and value.is_integer():
+                    value += float(totals[node])
+                else:
+                    if freed_on_node is None:
+                        freed_on_node = state.freed_on_node
+                    if old is not None:
+                        value = old
+                    for gpus in freed_on_node[node][done:]:
                         value += gpus
-                    for batch in victim_nodes[node][done:]:
+                if bits is not None:
+                    mask = bits.get(node, 0)
+                    for batch in batches[done:]:
                         mask |= 1 << batch
-                    if node not in capacity or capacity[node] + 1e-9 < smallest:
-                        if value + 1e-9 >= smallest:
-                            insort(candidates, node, key=position.__getitem__)
-                    capacity[node] = value
                     bits[node] = mask
-                    counted[node] = len(freed)
+                if (old is None or old + 1e-9 < smallest) and value + 1e-9 >= smallest:
+                    fresh.append(node)
+                capacity[node] = value
+                counted[node] = len(batches)
             self._taken_in = len(touched)
-        return capacity, bits, self._candidates
+            if len(fresh) > _FEW_NODES:
+                self._candidates = [n for n in order if capacity[n] + 1e-9 >= smallest]
+            else:
+                for node in fresh:
+                    insort(self._candidates, node, key=position.__getitem__)
+        return capacity, self._node_bits, self._candidates
 
     def valid(self, base: np.ndarray, feasible: np.ndarray) -> bool:
         return feasible is self.feasible and np.array_equal(base, self.base)
@@ -303,6 +349,10 @@ class _PrefixBound:
             return False
         return self.total + 1e-9 >= demand - self.baseline
 
+
+#: The most batches a state may have for :func:`_prefix_subsets` to give its sets as
+#: bits (an integer of B bits costs about B / 64 word operations to make and to unite).
+_BITS_UP_TO = 1024
 
 #: New victim-bearing nodes :meth:`_PrefixBound.may_cover` takes in one by one (more:
 #: as arrays).

@@ -339,7 +339,10 @@ class _PlacementBound:
             self.base = node_gpu_capacity(ssn)
             self.within = within
             self.recorded = recorded
-            self._shared: tuple[np.ndarray, np.ndarray, list[int], set[Task]] | None = None
+            self._shared: tuple[list[float], list[bool], list[int], set[Task]] | None = None
+            # What each victim frees: the session's state is the same at every check of
+            # the probe (each simulation is undone before the next scenario).
+            self._freed: dict[Task, float] = {}
 
     def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
         """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
@@ -364,8 +367,11 @@ class _PlacementBound:
         if self._shared is None:
             capacity, mask = self._capacity(self.recorded)
             slots = [int(np.floor((capacity[mask] + COUNT_SLACK) / v).sum()) for v, _ in self.needs]
-            self._shared = (capacity, mask, slots, set(self.recorded))
-        capacity, mask, slots, seen = self._shared
+            # As Python lists: read a node at a time below.
+            self._shared = (capacity.tolist(), mask.tolist(), slots, set(self.recorded))
+        capacities, inside, slots, seen = self._shared
+        freed_by_task = self._freed
+        ssn = self.ssn
         # The batches' victims, as victim_tasks lists them after the recorded ones: the
         # GPUs they free are added to their nodes in the same order.
         changed: dict[int, float] = {}
@@ -377,14 +383,17 @@ class _PlacementBound:
                 added.add(task)
                 node = task.node
                 if node >= 0:
+                    freed = freed_by_task.get(task)
+                    if freed is None:
+                        freed = freed_by_task[task] = gpu_freed(ssn, task)
                     old = changed.get(node)
                     if old is None:
-                        old = float(capacity[node])
-                    changed[node] = old + gpu_freed(self.ssn, task)
+                        old = capacities[node]
+                    changed[node] = old + freed
         for (v, need), have in zip(self.needs, slots):
             for node, new in changed.items():
-                if mask[node]:
-                    have -= math.floor((float(capacity[node]) + COUNT_SLACK) / v)
+                if inside[node]:
+                    have -= math.floor((capacities[node] + COUNT_SLACK) / v)
                 have += math.floor((new + COUNT_SLACK) / v)
             if have < need:
                 return False
