@@ -339,10 +339,12 @@ class _PlacementBound:
             self.base = node_gpu_capacity(ssn)
             self.within = within
             self.recorded = recorded
-            self._shared: tuple[list[float], list[bool], list[int], set[Task]] | None = None
-            # What each victim frees: the session's state is the same at every check of
-            # the probe (each simulation is undone before the next scenario).
+            self._shared: tuple[np.ndarray, np.ndarray, list[int], set[Task]] | None = None
+            # What each victim frees, and per node its shared capacity and whether it is
+            # counted, as Python values: the session's state is the same at every check
+            # of the probe (each simulation is undone before the next scenario).
             self._freed: dict[Task, float] = {}
+            self._nodes: dict[int, tuple[float, bool]] = {}
 
     def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
         """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
@@ -367,10 +369,9 @@ class _PlacementBound:
         if self._shared is None:
             capacity, mask = self._capacity(self.recorded)
             slots = [int(np.floor((capacity[mask] + COUNT_SLACK) / v).sum()) for v, _ in self.needs]
-            # As Python lists: read a node at a time below.
-            self._shared = (capacity.tolist(), mask.tolist(), slots, set(self.recorded))
-        capacities, inside, slots, seen = self._shared
-        freed_by_task = self._freed
+            self._shared = (capacity, mask, slots, set(self.recorded))
+        capacity, mask, slots, seen = self._shared
+        freed_by_task, at_node = self._freed, self._nodes
         ssn = self.ssn
         # The batches' victims, as victim_tasks lists them after the recorded ones: the
         # GPUs they free are added to their nodes in the same order.
@@ -388,12 +389,16 @@ class _PlacementBound:
                         freed = freed_by_task[task] = gpu_freed(ssn, task)
                     old = changed.get(node)
                     if old is None:
-                        old = capacities[node]
+                        known = at_node.get(node)
+                        if known is None:
+                            known = at_node[node] = (float(capacity[node]), bool(mask[node]))
+                        old = known[0]
                     changed[node] = old + freed
         for (v, need), have in zip(self.needs, slots):
             for node, new in changed.items():
-                if inside[node]:
-                    have -= math.floor((capacities[node] + COUNT_SLACK) / v)
+                before, inside = at_node[node]
+                if inside:
+                    have -= math.floor((before + COUNT_SLACK) / v)
                 have += math.floor((new + COUNT_SLACK) / v)
             if have < need:
                 return False
