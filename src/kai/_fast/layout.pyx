@@ -64,6 +64,12 @@ cdef object _columns(object rows, Py_ssize_t n, Py_ssize_t width, tuple columns)
     return out
 
 
+cdef void* _open(object array, Py_buffer* view) except? NULL:
+    """The buffer of a fresh contiguous array, to write (released by the caller)."""
+    PyObject_GetBuffer(array, view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    return view.buf
+
+
 def victims(
     list tasks,
     dict kinds,
@@ -81,12 +87,10 @@ def victims(
     ints_a = np.empty(2 * n, dtype=np.int64)
     np_a = np.empty(n, dtype=np.bool_)
     cdef Py_buffer vr, vi, vb
-    PyObject_GetBuffer(req_a, &vr, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    PyObject_GetBuffer(ints_a, &vi, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    PyObject_GetBuffer(np_a, &vb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    cdef long long* at = <long long*>vi.buf
+    cdef double* req = <double*>_open(req_a, &vr)
+    cdef long long* at = <long long*>_open(ints_a, &vi)
     cdef long long* leaves = at + n
-    cdef unsigned char* flags = <unsigned char*>vb.buf
+    cdef unsigned char* flags = <unsigned char*>_open(np_a, &vb)
     cdef Py_ssize_t node
     try:
         for i in range(n):
@@ -111,7 +115,7 @@ def victims(
             leaves[i] = kind[0]
             flags[i] = 1 if kind[1] else 0
             at[i] = node
-            _row(task.request, <double*>vr.buf + i * n_resources, n_resources)
+            _row(task.request, req + i * n_resources, n_resources)
     finally:
         PyBuffer_Release(&vr)
         PyBuffer_Release(&vi)
@@ -142,10 +146,9 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
     floats_a = np.empty(4 * n + n_rows * n_resources, dtype=np.float64)
     np_charge_a = np.empty(n, dtype=np.bool_)
     cdef Py_buffer vi, vf, vb
-    PyObject_GetBuffer(ints_a, &vi, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    PyObject_GetBuffer(floats_a, &vf, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    PyObject_GetBuffer(np_charge_a, &vb, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    cdef long long* own_start = <long long*>vi.buf
+    cdef long long* own_start = <long long*>_open(ints_a, &vi)
+    cdef double* request = <double*>_open(floats_a, &vf)
+    cdef unsigned char* np_charge = <unsigned char*>_open(np_charge_a, &vb)
     cdef long long* own = own_start + n_queues + 1
     cdef long long* before = own + n
     cdef long long* leaf = before + n
@@ -155,10 +158,8 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
     cdef long long* t_nominated = t_mask + n_rows
     cdef long long* t_evicted = t_nominated + n_rows
     cdef long long* t_vacated = t_evicted + n_rows
-    cdef double* request = <double*>vf.buf
     cdef double* gpu_need = request + 3 * n
     cdef double* t_req = gpu_need + n
-    cdef unsigned char* np_charge = <unsigned char*>vb.buf
     cdef dict slots = {}
     cdef list stacked = []
     cdef list values

@@ -185,28 +185,31 @@ def _prefix_subsets(
             break
     if start == 0:
         return
-    m = len(candidates)
-    k, step = start, 1
+    ends = _prefix_ends(start, len(candidates))
     taken = 0
     if node_bits is None:
         victim_nodes = state.victim_nodes
         members: set[int] = set()
-        while True:
+        for k in ends:
             for node in candidates[taken:k]:
                 members.update(victim_nodes.get(node, ()))
             taken = k
             yield members
-            if k >= m:
-                return
-            k = min(m, k + step)
-            step *= 2
+        return
     chosen = 0
-    while True:
+    for k in ends:
         # The batches on the first k candidates.
         for node in candidates[taken:k]:
             chosen |= node_bits[node]
         taken = k
         yield chosen
+
+
+def _prefix_ends(start: int, m: int) -> Iterator[int]:
+    """The prefix lengths of :func:`_prefix_subsets`: k, k + 1, k + 3, k + 7, ... up to m."""
+    k, step = start, 1
+    while True:
+        yield k
         if k >= m:
             return
         k = min(m, k + step)
