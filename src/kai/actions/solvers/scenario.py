@@ -28,11 +28,18 @@ from kai.framework.session import Session
 
 @dataclass
 class VictimBatch:
-    """Tasks of one victim job that are evicted together."""
+    """Tasks of one victim job that are evicted together (a batch is never changed)."""
 
     job: Job  # the real job
     tasks: list[Task]
     nodes: frozenset[int]
+    _uids: frozenset[str] | None = field(default=None, compare=False, repr=False)
+
+    def uids(self) -> frozenset[str]:
+        """The uids of :attr:`tasks` (a scenario's fingerprint reads them often)."""
+        if self._uids is None:
+            self._uids = frozenset(t.uid for t in self.tasks)
+        return self._uids
 
 
 @dataclass
@@ -75,7 +82,7 @@ class Scenario:
         recorded = self.recorded_uids
         victims = set(recorded) if recorded is not None else {t.uid for t in self.recorded}
         for batch in self.batches:
-            victims.update(t.uid for t in batch.tasks)
+            victims.update(batch.uids())
         return (self.preemptor.uid, pending_key, frozenset(victims))
 
 
