@@ -162,18 +162,17 @@ def _prefix_subsets(
     if not bound.may_cover(state, demand):
         return
     order = state.node_order  # victim-bearing nodes in first-appearance order
-    index = np.array(order, dtype=np.intp)
     capacity, node_bits, in_order = bound.take_in(state)
     # The victim-bearing nodes that can take the smallest request, in node order.
     candidates = list(in_order)
     if not candidates:
         return
     candidates.sort(key=capacity.__getitem__)  # stable: equal capacities in node order
-    outside = feasible.copy()
-    outside[index] = False
     if bound.whole:
-        baseline = float(base[outside].sum())  # whole numbers: exact in any order
+        baseline = bound.baseline  # whole numbers: exact in any order
     else:
+        outside = feasible.copy()
+        outside[np.array(order, dtype=np.intp)] = False
         baseline = float(sum(base[outside].tolist()))  # summed in node order, as a loop would
     needed = demand - baseline
     total = 0.0
@@ -217,12 +216,9 @@ def _prefix_ends(start: int, m: int) -> Iterator[int]:
 
 
 class _PrefixBound:
-    """Whether :func:`_prefix_subsets` can find a prefix that covers the demand, kept
-    across the accumulation steps of one state (most states of a large gang find none).
-
-    Only while every capacity is a whole number of GPUs: then the candidates' capacities
-    and the baseline are exact integers, their sums do not depend on the order, and the
-    ascending running total of the candidates reaches the demand iff their sum does.
+    """What :func:`_prefix_subsets` reads of one state, kept across its accumulation
+    steps (:meth:`take_in`), and whether it can find a prefix that covers the demand
+    (:meth:`may_cover`; most states of a large gang find none).
     """
 
     def __init__(self, base: np.ndarray, feasible: np.ndarray, smallest: float) -> None:
@@ -230,12 +226,10 @@ class _PrefixBound:
         self.feasible = feasible
         self.smallest = smallest
         self.whole = bool(np.array_equal(base, np.floor(base)))
+        # While ``whole``: the GPUs of the feasible nodes that bear no victims, and the
+        # candidates' capacity (exact integers, whatever the order of the sums).
         self.baseline = float(base[feasible].sum()) if self.whole else 0.0
-        # Per node its capacity once it bears victims (NaN before).
-        self.capacity = np.full(len(base), np.nan)
-        self.candidates = 0  # nodes with capacity + 1e-9 >= smallest
-        self.total = 0.0  # their capacity
-        self.seen = 0  # entries of ``state.touched`` taken in
+        self.total = 0.0
         # Per victim-bearing node, its capacity with every batch added so far, its
         # batches as bits, and how many batches that is (see take_in).
         self._node_capacity: dict[int, float] = {}
@@ -295,8 +289,15 @@ class _PrefixBound:
                     for batch in batches[done:]:
                         mask |= 1 << batch
                     bits[node] = mask
-                if (old is None or old + 1e-9 < smallest) and value + 1e-9 >= smallest:
-                    fresh.append(node)
+                if old is None:
+                    if self.feasible[node]:
+                        self.baseline -= float(base[node])
+                elif old + 1e-9 >= smallest:
+                    self.total -= old
+                if value + 1e-9 >= smallest:
+                    self.total += value
+                    if old is None or old + 1e-9 < smallest:
+                        fresh.append(node)
                 capacity[node] = value
                 counted[node] = len(batches)
             self._taken_in = len(touched)
@@ -311,54 +312,21 @@ class _PrefixBound:
         return feasible is self.feasible and np.array_equal(base, self.base)
 
     def may_cover(self, state: AccumulatedState, demand: float) -> bool:
-        """False only when :func:`_prefix_subsets` would yield nothing."""
-        totals = state.freed_total_array()
-        if not self.whole or totals is None:
+        """False only when :func:`_prefix_subsets` would yield nothing.  Known only while
+        every capacity is a whole number of GPUs: then the ascending running total of
+        the candidates reaches the demand iff their sum does."""
+        if not self.whole or state.freed_total_array() is None:
             return True
-        # The nodes the new batches touched: all values are whole numbers, so the sums
-        # are exact in any order (and a node's capacity depends only on the totals,
-        # however often it was touched).
-        base, capacity, smallest = self.base, self.capacity, self.smallest
-        touched = state.touched
-        if len(touched) - self.seen > _FEW_NODES:
-            nodes = np.unique(np.array(touched[self.seen :], dtype=np.intp))
-            old = capacity[nodes]
-            fresh = np.isnan(old)
-            self.baseline -= float(base[nodes[fresh & self.feasible[nodes]]].sum())
-            was = ~fresh & (old + 1e-9 >= smallest)
-            self.candidates -= int(np.count_nonzero(was))
-            self.total -= float(old[was].sum())
-            new = base[nodes] + totals[nodes]
-            capacity[nodes] = new
-            now = new + 1e-9 >= smallest
-            self.candidates += int(np.count_nonzero(now))
-            self.total += float(new[now].sum())
-        else:
-            for node in touched[self.seen :]:
-                before = float(capacity[node])
-                if before != before:  # NaN: the node bore no victims yet
-                    if self.feasible[node]:
-                        self.baseline -= float(base[node])
-                elif before + 1e-9 >= smallest:
-                    self.candidates -= 1
-                    self.total -= before
-                after = float(base[node]) + float(totals[node])
-                capacity[node] = after
-                if after + 1e-9 >= smallest:
-                    self.candidates += 1
-                    self.total += after
-        self.seen = len(touched)
-        if not self.candidates:
-            return False
-        return self.total + 1e-9 >= demand - self.baseline
+        self.take_in(state)
+        return bool(self._candidates) and self.total + 1e-9 >= demand - self.baseline
 
 
 #: The most batches a state may have for :func:`_prefix_subsets` to give its sets as
 #: bits (an integer of B bits costs about B / 64 word operations to make and to unite).
 _BITS_UP_TO = 1024
 
-#: New victim-bearing nodes :meth:`_PrefixBound.may_cover` takes in one by one (more:
-#: as arrays).
+#: The most nodes :meth:`_PrefixBound.take_in` inserts among the candidates one by one
+#: (more: the candidates are listed again).
 _FEW_NODES = 16
 
 
