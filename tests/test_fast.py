@@ -22,10 +22,14 @@ import pytest
 from kai import _fast
 from kai.api import model
 from kai.api.errors import InputError
-from kai.api.model import ClusterState
+from kai.api.model import ClusterState, TaskStatus
+from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.bench_clusters import NOW, cluster_fill, random_cluster
+from kai.config import SchedulerConfig
 from kai.engine import Snapshot, run_session
+from kai.framework.session import Session
 from kai.output import dumps_json
+from kai.plugins.proportion import ProportionPlugin
 from kai.snapshot import loader
 from kai.snapshot.builder import build_state
 from kai.snapshot.loader import load_objects, load_text
@@ -388,6 +392,46 @@ def test_row_arithmetic_identical(seed: int) -> None:
     for c, ref in zip(compiled, reference):
         assert c.tobytes() == ref.tobytes()
     assert vec_c.tobytes() == vec_r.tobytes()
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS)
+def test_queue_sums_identical(seed: int) -> None:
+    """Proportion's per-queue request, allocated and non-preemptible sums are the same
+    bits compiled or not, over every pod status, shared GPUs on and off nodes,
+    semi-preemptible cores, invalid jobs and jobs of unknown queues."""
+    rng = random.Random(seed)
+    ssn = Session(Snapshot.from_objects(_docs(seed)).state(), SchedulerConfig.default(), now=NOW)
+    ssn.open(SchedulerConfig.default().build_plugins())
+    proportion = next(p for p in ssn.plugins if isinstance(p, ProportionPlugin))
+    statuses = list(TaskStatus)
+    on_nodes = [i for i in range(len(ssn.nodes)) if ssn.nodes.gpu_memory_mib[i] > 0]
+    for job in ssn.jobs.values():
+        roll = rng.random()
+        if roll < 0.15:
+            job.preemptibility, job.min_member = SEMI_PREEMPTIBLE, rng.randint(0, 3)
+        elif roll < 0.2:
+            job.invalid_reason = "unschedulable"
+        elif roll < 0.25:
+            job.queue = rng.choice([None, "no-such-queue"])
+        for task in job.tasks:
+            task.status = rng.choice(statuses)
+            kind = rng.random()
+            if kind < 0.1:
+                task.gpu_fraction = rng.choice((0.25, 0.5))
+            elif kind < 0.2 and on_nodes:
+                task.gpu_memory_mib, task.node = 2000.0, rng.choice([-1, *on_nodes])
+            else:  # a fresh request vector now and then: the compiled reading caches one
+                task.request = task.request.copy() if kind < 0.3 else task.request
+
+    def sums() -> list[bytes]:
+        out = np.zeros((3, len(proportion.shares), len(model.QUEUE_RESOURCES)))
+        proportion._accumulate(ssn, out[0], out[1], out[2])
+        return [m.tobytes() for m in out]
+
+    compiled, reference = _both(sums)
+    assert compiled == reference
+    assert any(np.frombuffer(compiled[1]))  # something was charged
 
 
 @needs_compiled

@@ -8,6 +8,10 @@ makes hundreds of thousands of these calls. These functions do the same element-
 IEEE additions and subtractions as the numpy expressions of
 :func:`kai.api.model.charge_rows` and :func:`kai.api.model.add_vector`, which stay the
 reference: the results are bit-identical, and the tests hold them to it.
+
+``queue_sums`` is the proportion plugin's per-queue sums when a session opens: every
+pod's charge added to its queue and each ancestor, one pod at a time, as
+:meth:`kai.plugins.proportion.ProportionPlugin._accumulate` does with numpy in bulk.
 """
 
 from cpython.buffer cimport (
@@ -101,3 +105,123 @@ def add_vector(object target, object vector, bint add):
     finally:
         PyBuffer_Release(&vv)
 
+
+
+cdef inline bint _is_any(object value, tuple among) noexcept:
+    """Whether ``value`` is one of ``among`` (identity: statuses are enum members)."""
+    cdef object member
+    for member in among:
+        if value is member:
+            return True
+    return False
+
+
+cdef inline void _charge_path(
+    double* out, const Py_ssize_t* rows, Py_ssize_t n_rows, const double* vec
+) noexcept:
+    cdef Py_ssize_t i
+    cdef double* row
+    for i in range(n_rows):
+        row = out + rows[i] * 3
+        row[0] = row[0] + vec[0]
+        row[1] = row[1] + vec[1]
+        row[2] = row[2] + vec[2]
+
+
+def queue_sums(
+    object jobs,
+    dict paths,
+    tuple allocated_statuses,
+    object pending,
+    object semi_preemptible,
+    object shared_vector,
+    object request_out,
+    object allocated_out,
+    object allocated_np_out,
+    Py_ssize_t cpu,
+    Py_ssize_t memory,
+    Py_ssize_t gpu,
+):
+    """The queues' request, allocated and non-preemptible sums of
+    :meth:`kai.plugins.proportion.ProportionPlugin._accumulate`, compiled.
+
+    ``paths`` maps each queue to the rows of its queue and ancestors; a job of another
+    queue, or an invalid one, is not counted. Every pod's [cpu, memory, gpu] is added
+    to each of its rows in the order of jobs and tasks (the order the reference's one
+    bincount adds them in), so the sums are bit-identical. ``shared_vector(task,
+    allocated)`` gives the charge of a shared-GPU pod. The three (queues x 3) matrices
+    receive the sums; they are expected zero.
+    """
+    cdef Py_buffer vreq, valloc, vnp, vr
+    cdef Py_ssize_t n_q, n_rows, i, width = 0
+    cdef double vec[3]
+    cdef bint allocated, charge_np, non_preemptible
+    cdef object path, job, task, status, core, request, last = None, shared
+    cdef Py_ssize_t rows[64]
+    for path in paths.values():
+        if len(path) > 64:
+            raise ValueError("a queue path deeper than 64 levels")
+        for i in path:
+            width = max(width, i + 1)
+    _get(request_out, &vreq, PyBUF_WRITABLE, 2)
+    try:
+        _get(allocated_out, &valloc, PyBUF_WRITABLE, 2)
+        try:
+            _get(allocated_np_out, &vnp, PyBUF_WRITABLE, 2)
+            try:
+                n_q = vreq.shape[0]
+                if (
+                    vreq.shape[1] != 3 or valloc.shape[1] != 3 or vnp.shape[1] != 3
+                    or valloc.shape[0] != n_q or vnp.shape[0] != n_q or width > n_q
+                ):
+                    raise IndexError(f"queue sums of {n_q} queues, paths to row {width - 1}")
+                for job in jobs:
+                    path = paths.get(job.queue)
+                    if path is None or job.invalid_reason:
+                        continue
+                    n_rows = len(path)
+                    for i in range(n_rows):
+                        rows[i] = path[i]
+                    if job.preemptibility == semi_preemptible:
+                        core = job.core_tasks()
+                    else:
+                        core = ()
+                    non_preemptible = not job.preemptible
+                    for task in job.tasks:
+                        status = task.status
+                        if _is_any(status, allocated_statuses):
+                            allocated = True
+                            charge_np = (task in core) if core else non_preemptible
+                        elif status is pending:
+                            allocated = charge_np = False
+                        else:
+                            continue
+                        if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+                            shared = shared_vector(task, allocated)
+                            vec[0], vec[1], vec[2] = shared[0], shared[1], shared[2]
+                            last = None  # vec no longer holds a request's columns
+                        else:
+                            request = task.request
+                            if request is not last:  # neighbours mostly share it
+                                _get(request, &vr, 0, 1)
+                                try:
+                                    if not (0 <= cpu < vr.shape[0] and 0 <= memory < vr.shape[0]
+                                            and 0 <= gpu < vr.shape[0]):
+                                        raise IndexError("a request without a queue column")
+                                    vec[0] = (<const double*>vr.buf)[cpu]
+                                    vec[1] = (<const double*>vr.buf)[memory]
+                                    vec[2] = (<const double*>vr.buf)[gpu]
+                                finally:
+                                    PyBuffer_Release(&vr)
+                                last = request
+                        _charge_path(<double*>vreq.buf, rows, n_rows, vec)
+                        if allocated:
+                            _charge_path(<double*>valloc.buf, rows, n_rows, vec)
+                            if charge_np:
+                                _charge_path(<double*>vnp.buf, rows, n_rows, vec)
+            finally:
+                PyBuffer_Release(&vnp)
+        finally:
+            PyBuffer_Release(&valloc)
+    finally:
+        PyBuffer_Release(&vreq)

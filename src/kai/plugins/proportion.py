@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from kai import _fast
 from kai.api.model import (
     ALLOCATED,
     Q_CPU,
@@ -47,6 +48,8 @@ from kai.framework.session import tasks_to_allocate
 UNLIMITED = -1.0
 #: The task resource columns of a queue vector ([cpu, memory, gpu]).
 QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
+# ALLOCATED in a fixed order, for the compiled queue sums (which compare identities).
+_ALLOCATED_STATUSES = tuple(sorted(ALLOCATED, key=lambda status: status.value))
 
 
 def allocatable_shares(
@@ -266,10 +269,38 @@ class ProportionPlugin(Plugin):
 
         Every queue's sums get the pods' vectors added in the order of jobs and tasks,
         so they are bit-identical to charging one pod at a time.  The ``*_out``
-        matrices (one row per queue, in share order) receive the sums.
+        matrices (one row per queue, in share order) receive the sums.  This is the
+        reference of ``kai._fast.ledger.queue_sums``, which adds the same vectors one
+        pod at a time, in the same order.
         """
         shares = self.shares
         qindex = {name: i for i, name in enumerate(shares)}
+        min_mem = self.min_gpu_memory
+
+        def shared_vector(task: Task, allocated: bool) -> np.ndarray:
+            """A shared-GPU pod's charge: on its node's devices, or requested."""
+            if allocated:
+                return queue_vector(ssn, task)
+            return queue_vector(ssn, task, for_request=True, min_gpu_memory=min_mem)
+
+        compiled = _fast.module("ledger")
+        if compiled is not None:
+            queue_rows = {name: [qindex[a] for a in self.ancestors(name)] for name in shares}
+            compiled.queue_sums(
+                ssn.jobs.values(),
+                queue_rows,
+                _ALLOCATED_STATUSES,
+                TaskStatus.PENDING,
+                SEMI_PREEMPTIBLE,
+                shared_vector,
+                request_out,
+                allocated_out,
+                allocated_np_out,
+                CPU,
+                MEMORY,
+                GPU,
+            )
+            return
         path_ids: dict[str, int] = {}
         paths: list[list[int]] = []
         by_request: dict[int, int] = {}  # id(task.request) -> row of ``sources``
@@ -280,7 +311,6 @@ class ProportionPlugin(Plugin):
         alloc_rows: list[int] = []  # pods that are allocated (the others are pending)
         np_rows: list[int] = []  # allocated pods charged as non-preemptible
         pending = TaskStatus.PENDING
-        min_mem = self.min_gpu_memory
         last_request, row = None, -1
         for job in ssn.jobs.values():
             queue = job.queue
@@ -308,12 +338,7 @@ class ProportionPlugin(Plugin):
                 else:
                     continue
                 if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:  # a shared GPU
-                    if allocated:
-                        special.append(queue_vector(ssn, task))
-                    else:
-                        special.append(
-                            queue_vector(ssn, task, for_request=True, min_gpu_memory=min_mem)
-                        )
+                    special.append(shared_vector(task, allocated))
                     src.append(-len(special))
                 else:
                     request = task.request
