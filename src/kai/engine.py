@@ -369,8 +369,31 @@ def _job_result(
 
 
 class _collect:
-    """The per-pod and per-group loops of :func:`collect_result`; the reference for
-    ``kai._fast.collect``, which gives the same results."""
+    """The per-decision, per-pod and per-group loops of :func:`collect_result`; the
+    reference for ``kai._fast.collect``, which gives the same results."""
+
+    @staticmethod
+    def finish_decisions(
+        decisions: list[Decision], annotations: _Annotations
+    ) -> dict[str, list[DecisionRecord]]:
+        """Name each decision's pod, give a bind its group's annotations, and drop its
+        task (the result does not keep the session's state alive); the evictions by
+        victim group."""
+        evictions: dict[str, list[DecisionRecord]] = {}
+        for d in decisions:
+            task = d.task
+            if task is None:
+                continue  # collected already
+            d.pod = f"{task.namespace}/{task.name}"
+            if d.type == "evict":
+                if (victim := task.job) is not None:
+                    evictions.setdefault(f"{victim.namespace}/{victim.name}", []).append(d)
+            elif d.type == "bind":
+                job = task.job
+                if job is not None and (last_start := job.new_start_timestamp) is not None:
+                    d.pod_group_annotations = annotations(last_start)
+            d.task = None
+        return evictions
 
     @staticmethod
     def pod_results(tasks: list[Task], names: list[str]) -> dict[str, PodResult]:
@@ -439,22 +462,9 @@ def collect_result(ssn: Session, timings: dict[str, float] | None = None) -> Ses
     """
     annotations = _Annotations()
     decisions = ssn.decisions
-    evictions: dict[str, list[DecisionRecord]] = {}
-    for d in decisions:
-        task = d.task
-        if task is None:
-            continue  # collected already
-        d.pod = f"{task.namespace}/{task.name}"
-        if d.type == "evict":
-            if (victim := task.job) is not None:
-                evictions.setdefault(f"{victim.namespace}/{victim.name}", []).append(d)
-        elif d.type == "bind":
-            job = task.job
-            if job is not None and (last_start := job.new_start_timestamp) is not None:
-                d.pod_group_annotations = annotations(last_start)
-        d.task = None  # the result does not keep the session's state alive
     compiled = _fast.module("collect")
     collect = _collect if compiled is None else compiled
+    evictions = collect.finish_decisions(decisions, annotations)
     pods = collect.pod_results(ssn.state.all_tasks(), ssn.nodes.names)
     groups = collect.group_results(ssn.jobs, annotations, evictions)
     queues = {}

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled per-pod and per-group loops of ``kai.engine.collect_result``.
+"""Compiled per-decision, per-pod and per-group loops of ``kai.engine.collect_result``.
 
 A group of one pod that is not semi-preemptible (most groups of a large cluster) is
 reported here, its result written slot by slot; every other group goes through
@@ -35,6 +35,41 @@ cdef object PIPELINED = TaskStatus.PIPELINED
 cdef object PIPELINED_REASON = "pipelined: waiting for resources that are being released"
 cdef object NOT_SCHEDULED_REASON = "not scheduled in this session"
 cdef object ZERO = 0
+
+
+def finish_decisions(list decisions, object annotations):
+    """``kai.engine._collect.finish_decisions``, compiled."""
+    cdef dict evictions = {}
+    cdef list records
+    cdef object d, task, kind, job, key, last_start
+    cdef object seen_start = None, seen_annotations = None
+    for d in decisions:
+        task = d.task
+        if task is None:
+            continue  # collected already
+        d.pod = f"{task.namespace}/{task.name}"
+        kind = d.type
+        if kind == "evict":
+            job = task.job
+            if job is not None:
+                key = f"{job.namespace}/{job.name}"
+                records = evictions.get(key)
+                if records is None:
+                    evictions[key] = [d]
+                else:
+                    records.append(d)
+        elif kind == "bind":
+            job = task.job
+            if job is not None:
+                last_start = job.new_start_timestamp
+                if last_start is not None:
+                    # A session starts its jobs at one time: the same mapping again.
+                    if last_start is not seen_start:
+                        seen_annotations = annotations(last_start)
+                        seen_start = last_start
+                    d.pod_group_annotations = seen_annotations
+        d.task = None
+    return evictions
 
 
 def pod_results(list tasks, list names):
