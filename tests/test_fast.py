@@ -435,6 +435,28 @@ def test_queue_sums_identical(seed: int) -> None:
 
 
 @needs_compiled
+def test_queue_sums_of_a_tree_deeper_than_the_compiled_sums_take() -> None:
+    """A queue tree deeper than the compiled sums take is summed by the reference."""
+    from kai.bench_clusters import ClusterBuilder, JobSpec, NodeSpec, QueueSpec, TaskSpec
+
+    ledger = _fast.module("ledger")
+    assert ledger is not None
+    depth = ledger.QUEUE_DEPTH_LIMIT + 6
+    builder = ClusterBuilder("deep")
+    builder.nodes.append(NodeSpec("node-0", gpus=8))
+    builder.queues.extend(
+        QueueSpec(f"q{i}", parent=f"q{i - 1}" if i else None, gpu_quota=8) for i in range(depth)
+    )
+    leaf = f"q{depth - 1}"
+    builder.jobs.append(JobSpec("running", leaf, [TaskSpec(gpus=2, node="node-0")]))
+    builder.jobs.append(JobSpec("waiting", leaf, [TaskSpec(gpus=4)]))
+    snapshot = Snapshot.from_objects(builder.dicts())
+    compiled, reference = _both(lambda: run_session(snapshot, now=NOW).to_json(explain=True))
+    assert compiled == reference
+    assert compiled["queues"]["q0"]["allocated"]["gpu"] == 6.0  # both pods, at the root
+
+
+@needs_compiled
 def test_row_arithmetic_refuses_what_numpy_would_not_write() -> None:
     ledger = _fast.module("ledger")
     assert ledger is not None

@@ -128,6 +128,13 @@ cdef inline void _charge_path(
         row[2] = row[2] + vec[2]
 
 
+# The deepest queue path queue_sums takes (the caller sums deeper trees itself).
+cdef enum:
+    MAX_QUEUE_DEPTH = 64
+
+QUEUE_DEPTH_LIMIT = MAX_QUEUE_DEPTH
+
+
 def queue_sums(
     object jobs,
     dict paths,
@@ -157,10 +164,10 @@ def queue_sums(
     cdef double vec[3]
     cdef bint allocated, charge_np, non_preemptible
     cdef object path, job, task, status, core, request, last = None, shared
-    cdef Py_ssize_t rows[64]
+    cdef Py_ssize_t rows[MAX_QUEUE_DEPTH]
     for path in paths.values():
-        if len(path) > 64:
-            raise ValueError("a queue path deeper than 64 levels")
+        if len(path) > MAX_QUEUE_DEPTH:
+            raise ValueError(f"a queue path deeper than {MAX_QUEUE_DEPTH} levels")
         for i in path:
             width = max(width, i + 1)
     _get(request_out, &vreq, PyBUF_WRITABLE, 2)

@@ -284,8 +284,10 @@ class ProportionPlugin(Plugin):
             return queue_vector(ssn, task, for_request=True, min_gpu_memory=min_mem)
 
         compiled = _fast.module("ledger")
-        if compiled is not None:
-            queue_rows = {name: [qindex[a] for a in self.ancestors(name)] for name in shares}
+        queue_rows = {name: [qindex[a] for a in self.ancestors(name)] for name in shares}
+        if compiled is not None and all(
+            len(rows) <= compiled.QUEUE_DEPTH_LIMIT for rows in queue_rows.values()
+        ):
             compiled.queue_sums(
                 ssn.jobs.values(),
                 queue_rows,
