@@ -160,23 +160,26 @@ def test_preemption_delay_skips_job() -> None:
     assert "PreemptionDelayNotElapsed" in result.pod_groups["ns/c"].explain
 
 
-def test_preempt_takes_over_reclaims_victim_pool_unless_a_pod_moved(monkeypatch) -> None:
-    """The eviction actions of a session share one victim pool while nothing changes a
-    pod between them; an action that does (allocate) makes the next one build its own.
-    The decisions are those of pools built per action, on generated clusters too."""
+def test_preempt_takes_over_reclaims_pools_unless_a_pod_moved(monkeypatch) -> None:
+    """The eviction actions of a session share one victim pool and one pending pool
+    while nothing changes a pod between them; an action that does (allocate) makes the
+    next one build its own.  The decisions are those of pools built per action, on
+    generated clusters too."""
     import kai.actions._eviction as eviction
+    from kai.actions.solvers.pending import PendingPool
     from kai.actions.solvers.victims import VictimPool
     from kai.bench_clusters import random_cluster
     from tests._kai_cluster import NOW
 
-    built: list[int] = []
-    original = VictimPool.__init__
+    built: list[str] = []
+    for kind in (VictimPool, PendingPool):
+        original = kind.__init__
 
-    def counted(self, *args, **kwargs) -> None:
-        built.append(1)
-        original(self, *args, **kwargs)
+        def counted(self, *args, _original=original, **kwargs) -> None:
+            built.append(type(self).__name__)
+            _original(self, *args, **kwargs)
 
-    monkeypatch.setattr(VictimPool, "__init__", counted)
+        monkeypatch.setattr(kind, "__init__", counted)
     snap = build(
         {"n0": 2, "n1": 1},
         [queue("q0", 1), queue("q1", 2)],
@@ -189,17 +192,17 @@ def test_preempt_takes_over_reclaims_victim_pool_unless_a_pod_moved(monkeypatch)
         ],
     )
     run(snap, ["reclaim", "preempt"])
-    assert len(built) == 1
+    assert sorted(built) == ["PendingPool", "VictimPool"]
     built.clear()
     run(snap, ["reclaim", "allocate", "preempt"])
-    assert len(built) == 2
+    assert sorted(built) == ["PendingPool", "PendingPool", "VictimPool", "VictimPool"]
 
-    def fresh(ssn):
-        return VictimPool.for_session(ssn)
+    def fresh(ssn, key, kind):
+        return kind.for_session(ssn)
 
     for seed in range(8):
         cluster = kai.Snapshot.from_objects(random_cluster(seed, nodes=8, jobs=60).dicts())
         shared = kai.run_session(cluster, now=NOW).to_json()
         with monkeypatch.context() as patch:
-            patch.setattr(eviction, "_victim_pool", fresh)
+            patch.setattr(eviction, "_kept_pool", fresh)
             assert kai.run_session(cluster, now=NOW).to_json() == shared, seed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
@@ -38,19 +39,28 @@ def victim_invariant_problem(ssn: Session, job: Job, tasks: list[Task]) -> str |
     return None
 
 
-#: The last eviction action's victim pool, with the node table's version when it ended.
+#: The last eviction action's victim pool and pending pool, each with the node table's
+#: version when the action ended.
 VICTIM_POOL_KEY = "eviction.victim_pool"
+PENDING_POOL_KEY = "eviction.pending_pool"
+
+_Kept = TypeVar("_Kept", VictimPool, PendingPool)
+
+
+def _kept_pool(ssn: Session, key: str, kind: type[_Kept]) -> _Kept | None:
+    """The pool of ``kind`` the last eviction action kept, while no pod has changed
+    status since (every status change moves a pod on the node table, whose version it
+    bumps), else a new one.  Membership and order keys read each job's own state only,
+    and each action re-keys the jobs its commits touch."""
+    kept = ssn.cache.pop(key, None)
+    if kept is not None and kept[1] == ssn.nodes.version:
+        return kept[0]
+    return kind.for_session(ssn)
 
 
 def _victim_pool(ssn: Session) -> VictimPool | None:
-    """The session's victim pool: the one the last eviction action kept, while no pod
-    has changed status since (every status change moves a pod on the node table, whose
-    version it bumps), else a new one.  Membership and order keys read each job's own
-    state only, and each action re-keys the jobs its commits touch."""
-    kept = ssn.cache.pop(VICTIM_POOL_KEY, None)
-    if kept is not None and kept[1] == ssn.nodes.version:
-        return kept[0]
-    return VictimPool.for_session(ssn)
+    """The session's victim pool (:func:`_kept_pool`)."""
+    return _kept_pool(ssn, VICTIM_POOL_KEY, VictimPool)
 
 
 def run_eviction_action(
@@ -122,7 +132,7 @@ def run_eviction_action(
         ]
 
     # The jobs with pending tasks, which order every simulation's re-allocation queue.
-    pending = PendingPool.for_session(ssn)
+    pending = _kept_pool(ssn, PENDING_POOL_KEY, PendingPool)
 
     def passed_over(job: Job) -> tuple[bool, str | None]:
         """Whether the loop passes ``job`` over without trying it, and the fit error it
@@ -227,3 +237,5 @@ def run_eviction_action(
         # Up to date once its pending updates are read: the next eviction action takes
         # it over while nothing has changed a node since (see _victim_pool).
         ssn.cache[VICTIM_POOL_KEY] = (pool, ssn.nodes.version)
+    if pending is not None:
+        ssn.cache[PENDING_POOL_KEY] = (pending, ssn.nodes.version)
