@@ -855,71 +855,72 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
     jobs, tasks = plan.jobs, plan.tasks
     n_nodes = len(ssn.nodes)
     names = ssn.state.resources.names
-    # failure counts, request and shortage (Session.resource_shortage) -> description
-    problems: dict[tuple, str] = {}
-    no_device = [0] * len(failed)
+    kinds = out["att_kind"][failed]
+    info = out["att_info"][failed]  # a failure's pod, or the queue of a capacity refusal
+    counts_m = out["att_fail"][failed]
+    short_m = out["att_short"][failed]
+    free_m = out["att_free"][failed]
     if "att_device_short" in out:  # fractional tasks: the nodes with no room on a device
-        device_short = out["att_device_short"][failed].tolist()
-        device_room = out["att_device_room"][failed].tolist()
+        device_m = np.stack([out["att_device_short"][failed], out["att_device_room"][failed]], 1)
     else:
-        device_short = device_room = no_device
+        device_m = np.zeros((len(failed), 2))
+    capacity = (kinds == KIND_OVER_LIMIT) | (kinds == KIND_OVER_QUOTA)
+    # A failure's explanation reads its failure counts, its pod's request and GPU
+    # fraction, the shortage, the most free and the device room: failures alike in all
+    # of these share one text, worked out for the first of them.  Each one's key is
+    # those values' bytes (+ 0.0: -0.0 and 0.0 are alike, as they compare).
+    keys: list[bytes] = [b""] * len(failed)  # capacity refusals have none
+    resource = np.flatnonzero(~capacity)
+    if resource.size:
+        pods = info[resource]
+        fractions = np.array([tasks[i].gpu_fraction for i in pods.tolist()], dtype=np.float64)
+        alike = np.hstack(
+            [
+                counts_m[resource].astype(np.float64),
+                plan.inputs["task_req"][pods],
+                short_m[resource].astype(np.float64),
+                free_m[resource].astype(np.float64),
+                fractions[:, None],
+                device_m[resource].astype(np.float64),
+            ]
+        )
+        alike += 0.0
+        for row, values in zip(resource.tolist(), alike):
+            keys[row] = values.tobytes()
+    problems: dict[bytes, str] = {}
     rows = zip(
+        range(len(failed)),
         failed.tolist(),
-        out["att_kind"][failed].tolist(),
+        kinds.tolist(),
         out["att_job"][failed].tolist(),
         out["att_first"][failed].tolist(),  # for a failure: the pods placed
         out["att_count"][failed].tolist(),
-        out["att_info"][failed].tolist(),
-        out["att_fail"][failed].tolist(),
+        info.tolist(),
         out["att_active"][failed].tolist(),
-        out["att_short"][failed].tolist(),
-        out["att_free"][failed].tolist(),
-        device_short,
-        device_room,
     )
-    for (
-        a,
-        kind,
-        j,
-        placed,
-        chunk,
-        info,
-        counts,
-        active,
-        short,
-        most_free,
-        dev_short,
-        dev_room,
-    ) in rows:
+    for row, a, kind, j, placed, chunk, at, active in rows:
         job = jobs[j]
         if kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
             ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
             continue
-        task = tasks[info]
-        key = (
-            tuple(counts),
-            tuple(task.request.tolist()),
-            tuple(short),
-            tuple(most_free),
-            task.gpu_fraction,
-            dev_short,
-            dev_room,
-        )
-        problem = problems.get(key)
+        task = tasks[at]
+        problem = problems.get(keys[row])
         if problem is None:
+            counts = counts_m[row].tolist()
             failures: dict[str, int] = {}
             if counts[0]:
                 failures[INSUFFICIENT_RESOURCES] = counts[0]
             for name, count in zip(plan.predicate_names, counts[1:]):
                 if count:
                     failures[name] = failures.get(name, 0) + count
-            entries = vector_shortage(names, task.request, np.array(short), np.array(most_free))
+            entries = vector_shortage(names, task.request, short_m[row], free_m[row])
+            dev_short, dev_room = device_m[row].tolist()
             if dev_short:
                 # Session._device_shortage: the room on one device, not GPUs
                 needs = f"{task.gpu_fraction:g} of a device"
-                entries.append(("nvidia.com/gpu", dev_short, needs, f"{dev_room:g}"))
+                entries.append(("nvidia.com/gpu", int(dev_short), needs, f"{dev_room:g}"))
             shortage = describe_shortage(entries)
-            problem = problems[key] = describe_failures(failures, n_nodes, shortage)
+            problem = problems[keys[row]] = describe_failures(failures, n_nodes, shortage)
         if chunk > 1 or job.min_member > 1:
             needed = job.min_member - active
             message = (
