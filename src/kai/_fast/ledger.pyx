@@ -40,6 +40,30 @@ cdef int _get(object array, Py_buffer* view, int flags, int ndim) except -1:
     return 0
 
 
+cdef int _get3(object a, object b, object c, Py_buffer* views) except -1:
+    """Open three writable contiguous float64 matrices into ``views[0..2]`` (released
+    by :func:`_release3`); on a failure, the ones already open are released."""
+    _get(a, &views[0], PyBUF_WRITABLE, 2)
+    try:
+        _get(b, &views[1], PyBUF_WRITABLE, 2)
+    except BaseException:
+        PyBuffer_Release(&views[0])
+        raise
+    try:
+        _get(c, &views[2], PyBUF_WRITABLE, 2)
+    except BaseException:
+        PyBuffer_Release(&views[1])
+        PyBuffer_Release(&views[0])
+        raise
+    return 0
+
+
+cdef inline void _release3(Py_buffer* views) noexcept:
+    PyBuffer_Release(&views[2])
+    PyBuffer_Release(&views[1])
+    PyBuffer_Release(&views[0])
+
+
 cdef inline void _add(double* row, const double* r, Py_ssize_t n, bint add) noexcept:
     cdef Py_ssize_t k
     if add:
@@ -55,37 +79,30 @@ def charge_rows(
     bint add,
 ):
     """:func:`kai.api.model.charge_rows`, compiled."""
-    cdef Py_buffer vr, vu, vi, vl
+    cdef Py_buffer vr
+    cdef Py_buffer v[3]  # used, idle, releasing
     _get(request, &vr, 0, 1)
     cdef Py_ssize_t n = vr.shape[0]
     cdef const double* r = <const double*>vr.buf
     try:
-        _get(used, &vu, PyBUF_WRITABLE, 2)
+        _get3(used, idle, releasing, v)
         try:
-            _get(idle, &vi, PyBUF_WRITABLE, 2)
-            try:
-                _get(releasing, &vl, PyBUF_WRITABLE, 2)
-                try:
-                    if (
-                        vu.shape[1] != n or vi.shape[1] != n or vl.shape[1] != n
-                        or not (0 <= i < vu.shape[0]) or vi.shape[0] != vu.shape[0]
-                        or vl.shape[0] != vu.shape[0]
-                    ):
-                        raise IndexError(f"row {i} of a capacity matrix, {n} resources")
-                    _add(<double*>vu.buf + i * n, r, n, add)
-                    if kind == RELEASING:
-                        _add(<double*>vl.buf + i * n, r, n, add)
-                        _add(<double*>vi.buf + i * n, r, n, not add)
-                    elif kind == PIPELINED:
-                        _add(<double*>vl.buf + i * n, r, n, not add)
-                    else:
-                        _add(<double*>vi.buf + i * n, r, n, not add)
-                finally:
-                    PyBuffer_Release(&vl)
-            finally:
-                PyBuffer_Release(&vi)
+            if (
+                v[0].shape[1] != n or v[1].shape[1] != n or v[2].shape[1] != n
+                or not (0 <= i < v[0].shape[0]) or v[1].shape[0] != v[0].shape[0]
+                or v[2].shape[0] != v[0].shape[0]
+            ):
+                raise IndexError(f"row {i} of a capacity matrix, {n} resources")
+            _add(<double*>v[0].buf + i * n, r, n, add)
+            if kind == RELEASING:
+                _add(<double*>v[2].buf + i * n, r, n, add)
+                _add(<double*>v[1].buf + i * n, r, n, not add)
+            elif kind == PIPELINED:
+                _add(<double*>v[2].buf + i * n, r, n, not add)
+            else:
+                _add(<double*>v[1].buf + i * n, r, n, not add)
         finally:
-            PyBuffer_Release(&vu)
+            _release3(v)
     finally:
         PyBuffer_Release(&vr)
 
@@ -159,7 +176,8 @@ def queue_sums(
     allocated)`` gives the charge of a shared-GPU pod. The three (queues x 3) matrices
     receive the sums; they are expected zero.
     """
-    cdef Py_buffer vreq, valloc, vnp, vr
+    cdef Py_buffer vr
+    cdef Py_buffer v[3]  # request, allocated, allocated non-preemptible
     cdef Py_ssize_t n_q, n_rows, i, width = 0
     cdef double vec[3]
     cdef bint allocated, charge_np, non_preemptible
@@ -170,65 +188,57 @@ def queue_sums(
             raise ValueError(f"a queue path deeper than {MAX_QUEUE_DEPTH} levels")
         for i in path:
             width = max(width, i + 1)
-    _get(request_out, &vreq, PyBUF_WRITABLE, 2)
+    _get3(request_out, allocated_out, allocated_np_out, v)
     try:
-        _get(allocated_out, &valloc, PyBUF_WRITABLE, 2)
-        try:
-            _get(allocated_np_out, &vnp, PyBUF_WRITABLE, 2)
-            try:
-                n_q = vreq.shape[0]
-                if (
-                    vreq.shape[1] != 3 or valloc.shape[1] != 3 or vnp.shape[1] != 3
-                    or valloc.shape[0] != n_q or vnp.shape[0] != n_q or width > n_q
-                ):
-                    raise IndexError(f"queue sums of {n_q} queues, paths to row {width - 1}")
-                for job in jobs:
-                    path = paths.get(job.queue)
-                    if path is None or job.invalid_reason:
-                        continue
-                    n_rows = len(path)
-                    for i in range(n_rows):
-                        rows[i] = path[i]
-                    if job.preemptibility == semi_preemptible:
-                        core = job.core_tasks()
-                    else:
-                        core = ()
-                    non_preemptible = not job.preemptible
-                    for task in job.tasks:
-                        status = task.status
-                        if _is_any(status, allocated_statuses):
-                            allocated = True
-                            charge_np = (task in core) if core else non_preemptible
-                        elif status is pending:
-                            allocated = charge_np = False
-                        else:
-                            continue
-                        if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
-                            shared = shared_vector(task, allocated)
-                            vec[0], vec[1], vec[2] = shared[0], shared[1], shared[2]
-                            last = None  # vec no longer holds a request's columns
-                        else:
-                            request = task.request
-                            if request is not last:  # neighbours mostly share it
-                                _get(request, &vr, 0, 1)
-                                try:
-                                    if not (0 <= cpu < vr.shape[0] and 0 <= memory < vr.shape[0]
-                                            and 0 <= gpu < vr.shape[0]):
-                                        raise IndexError("a request without a queue column")
-                                    vec[0] = (<const double*>vr.buf)[cpu]
-                                    vec[1] = (<const double*>vr.buf)[memory]
-                                    vec[2] = (<const double*>vr.buf)[gpu]
-                                finally:
-                                    PyBuffer_Release(&vr)
-                                last = request
-                        _charge_path(<double*>vreq.buf, rows, n_rows, vec)
-                        if allocated:
-                            _charge_path(<double*>valloc.buf, rows, n_rows, vec)
-                            if charge_np:
-                                _charge_path(<double*>vnp.buf, rows, n_rows, vec)
-            finally:
-                PyBuffer_Release(&vnp)
-        finally:
-            PyBuffer_Release(&valloc)
+        n_q = v[0].shape[0]
+        if (
+            v[0].shape[1] != 3 or v[1].shape[1] != 3 or v[2].shape[1] != 3
+            or v[1].shape[0] != n_q or v[2].shape[0] != n_q or width > n_q
+        ):
+            raise IndexError(f"queue sums of {n_q} queues, paths to row {width - 1}")
+        for job in jobs:
+            path = paths.get(job.queue)
+            if path is None or job.invalid_reason:
+                continue
+            n_rows = len(path)
+            for i in range(n_rows):
+                rows[i] = path[i]
+            if job.preemptibility == semi_preemptible:
+                core = job.core_tasks()
+            else:
+                core = ()
+            non_preemptible = not job.preemptible
+            for task in job.tasks:
+                status = task.status
+                if _is_any(status, allocated_statuses):
+                    allocated = True
+                    charge_np = (task in core) if core else non_preemptible
+                elif status is pending:
+                    allocated = charge_np = False
+                else:
+                    continue
+                if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+                    shared = shared_vector(task, allocated)
+                    vec[0], vec[1], vec[2] = shared[0], shared[1], shared[2]
+                    last = None  # vec no longer holds a request's columns
+                else:
+                    request = task.request
+                    if request is not last:  # neighbours mostly share it
+                        _get(request, &vr, 0, 1)
+                        try:
+                            if not (0 <= cpu < vr.shape[0] and 0 <= memory < vr.shape[0]
+                                    and 0 <= gpu < vr.shape[0]):
+                                raise IndexError("a request without a queue column")
+                            vec[0] = (<const double*>vr.buf)[cpu]
+                            vec[1] = (<const double*>vr.buf)[memory]
+                            vec[2] = (<const double*>vr.buf)[gpu]
+                        finally:
+                            PyBuffer_Release(&vr)
+                        last = request
+                _charge_path(<double*>v[0].buf, rows, n_rows, vec)
+                if allocated:
+                    _charge_path(<double*>v[1].buf, rows, n_rows, vec)
+                    if charge_np:
+                        _charge_path(<double*>v[2].buf, rows, n_rows, vec)
     finally:
-        PyBuffer_Release(&vreq)
+        _release3(v)

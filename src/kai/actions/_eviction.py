@@ -58,11 +58,6 @@ def _kept_pool(ssn: Session, key: str, kind: type[_Kept]) -> _Kept | None:
     return kind.for_session(ssn)
 
 
-def _victim_pool(ssn: Session) -> VictimPool | None:
-    """The session's victim pool (:func:`_kept_pool`)."""
-    return _kept_pool(ssn, VICTIM_POOL_KEY, VictimPool)
-
-
 def run_eviction_action(
     ssn: Session,
     action: str,
@@ -81,7 +76,7 @@ def run_eviction_action(
     Victims of a preemptor are the potential victims (:func:`potential_victim`) that
     ``accept(preemptor, job)``.  They are read from a :class:`VictimPool` made on the
     first search and kept for the whole action (and the next one, while no pod has
-    changed since: :func:`_victim_pool`), unless ``candidates`` gives the list itself
+    changed since: :func:`_kept_pool`), unless ``candidates`` gives the list itself
     or some job-order function has no sort key (then the list is built per job).
     ``accept_leaf(preemptor, queue)``, if given, is False only for leaf queues none of
     whose jobs ``accept`` takes.
@@ -119,7 +114,7 @@ def run_eviction_action(
         if candidates is not None:
             return candidates(preemptor)
         if not pool_made:
-            pool, pool_made = _victim_pool(ssn), True
+            pool, pool_made = _kept_pool(ssn, VICTIM_POOL_KEY, VictimPool), True
         if pool is not None:
             return pool.candidates(
                 lambda job: job is not preemptor and accept(preemptor, job),
@@ -235,7 +230,7 @@ def run_eviction_action(
         ssn.cache.pop(POOL_KEY, None)
     if pool is not None:
         # Up to date once its pending updates are read: the next eviction action takes
-        # it over while nothing has changed a node since (see _victim_pool).
+        # it over while nothing has changed a node since (see _kept_pool).
         ssn.cache[VICTIM_POOL_KEY] = (pool, ssn.nodes.version)
     if pending is not None:
         ssn.cache[PENDING_POOL_KEY] = (pending, ssn.nodes.version)

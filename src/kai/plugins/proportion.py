@@ -303,8 +303,8 @@ class ProportionPlugin(Plugin):
                 GPU,
             )
             return
-        path_ids: dict[str, int] = {}
-        paths: list[list[int]] = []
+        paths = list(queue_rows.values())
+        path_ids = {name: k for k, name in enumerate(queue_rows)}
         by_request: dict[int, int] = {}  # id(task.request) -> row of ``sources``
         sources: list[np.ndarray] = []  # request vectors (pods of one workload share them)
         special: list[np.ndarray] = []  # queue vectors of shared-GPU pods
@@ -318,10 +318,7 @@ class ProportionPlugin(Plugin):
             queue = job.queue
             if queue not in shares or job.invalid_reason:
                 continue
-            path = path_ids.get(queue)
-            if path is None:
-                path = path_ids[queue] = len(paths)
-                paths.append([qindex[name] for name in self.ancestors(queue)])
+            path = path_ids[queue]
             core = job.core_tasks() if job.preemptibility == SEMI_PREEMPTIBLE else ()
             non_preemptible = not job.preemptible
             for task in job.tasks:
