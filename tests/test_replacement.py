@@ -38,14 +38,14 @@ SCENARIOS = [
 def verdicts(monkeypatch: pytest.MonkeyPatch) -> Counter:
     """The compiled verdicts given, counted."""
     counts: Counter = Counter()
-    original = ReplacementCheck.preemptor_placed
+    original = ReplacementCheck._decide
 
-    def counted(self, *args):
-        verdict = original(self, *args)
+    def counted(self, arrays):
+        verdict = original(self, arrays)
         counts[verdict] += 1
         return verdict
 
-    monkeypatch.setattr(ReplacementCheck, "preemptor_placed", counted)
+    monkeypatch.setattr(ReplacementCheck, "_decide", counted)
     return counts
 
 
@@ -210,8 +210,34 @@ def test_compiled_layout_is_the_reference(monkeypatch) -> None:
         seen["refused" if got is None else "victims"] += 1
         return got
 
+    compiled_gather = layout.gather
+
+    def gather(*args):
+        got = compiled_gather(*args)  # makes the slots the reference then finds
+        want = replacement.gather(*args)
+        if got is None or got is args[-1]:
+            assert got is want
+            seen["gathered whole" if got is None else "gathered refused"] += 1
+            return got
+        parts, skipped, *arrays = got
+        assert parts == want[0] and all(a is b for a, b in zip(parts, want[0]))
+        assert sorted(skipped) == sorted(want[1])
+        _same_arrays(tuple(arrays), tuple(want[2:]))
+        seen["gathered"] += 1
+        return got
+
     monkeypatch.setattr(layout, "lay_out", lay_out)
     monkeypatch.setattr(layout, "victims", victims)
+    compiled_pack = layout.pack_victims
+
+    def pack_victims(arrays):
+        got = compiled_pack(arrays)
+        _same_arrays((got,), (replacement.pack_victims(arrays),))
+        seen["packed"] += 1
+        return got
+
+    monkeypatch.setattr(layout, "gather", gather)
+    monkeypatch.setattr(layout, "pack_victims", pack_victims)
     for seed in SEEDS:
         _session(_random(seed), actions=ACTIONS)
 
@@ -222,6 +248,7 @@ def test_compiled_layout_is_the_reference(monkeypatch) -> None:
 
     contested()
     assert seen["layouts"] > 100 and seen["victims"] > 100 and seen["refused"] > 0, seen
+    assert seen["gathered"] > 100 and seen["gathered whole"] > 0 and seen["packed"] > 100, seen
 
 
 @pytest.mark.parametrize("seed", SEEDS[::8])
@@ -229,3 +256,61 @@ def test_sessions_decide_the_same_with_the_python_layout(seed: int) -> None:
     compiled = _session(_random(seed), actions=ACTIONS)
     with _fast.pure_python():
         assert _session(_random(seed), actions=ACTIONS) == compiled
+
+
+def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> None:
+    """Each scenario put together from its probe's layout (batches laid out once per
+    probe) holds the very arrays, and so gets the verdict, of the scenario laid out whole
+    from its victims; scenarios it does not take (a job's two victim groups, the
+    preemptor's own pods) are laid out whole."""
+    from hypothesis import given
+
+    from tests._kai_cluster import run
+    from tests.test_eviction_properties import SETTINGS, clusters
+
+    seen: Counter = Counter()
+    original = ReplacementCheck._probe_arrays
+
+    def both(self, scenario, feasible, base):
+        try:
+            got = original(self, scenario, feasible, base)
+        except replacement._Unsupported:
+            got = "refused"
+        victims = scenario.victim_tasks()
+        within = feasible.copy()
+        within[[t.node for t in victims]] = True
+        jobs = list(dict.fromkeys(t.job for t in victims))
+        try:
+            evicted = self._victims(victims)
+            preemptor, pending = scenario.preemptor, scenario.pending
+            want = self._as_evicted(victims, jobs, preemptor, pending, within, base)
+        except replacement._Unsupported:
+            want = "refused"
+        if got is None:
+            seen["whole"] += 1
+        elif got == "refused" or want == "refused":
+            assert got == want
+            seen["refused"] += 1
+        else:
+            want.v_req, want.v_qvec, want.v_node, want.v_leaf, want.v_np = evicted
+            for name, value in vars(want).items():
+                _same_arrays((getattr(got, name),), (value,))
+            seen[min(len(scenario.batches), 2), bool(scenario.recorded)] += 1
+        if got == "refused":
+            raise replacement._Unsupported
+        return got
+
+    monkeypatch.setattr(ReplacementCheck, "_probe_arrays", both)
+    for seed in SEEDS:
+        _session(_random(seed), actions=ACTIONS)
+
+    @SETTINGS
+    @given(clusters(contested=True))
+    def contested(case) -> None:
+        run(case[0], ["allocate", "reclaim", "preempt"])
+
+    contested()
+    # One batch and several, with recorded victims and without, each exercised.
+    for key in [(0, True), (1, False), (2, False), (1, True), (2, True)]:
+        assert seen[key] > 0, seen
+    assert seen["refused"] > 0 and seen["whole"] > 0, seen

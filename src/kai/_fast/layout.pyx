@@ -5,8 +5,12 @@ Before each simulation it takes, the compiled re-placement
 (:mod:`kai.actions.solvers.replacement`) lays the simulation's participants out in
 about twenty small arrays: a few participants, a dozen pods. Made with numpy from
 Python lists, that costs more than the compiled re-placement itself. :func:`lay_out`
-fills the same arrays directly; :func:`kai.actions.solvers.replacement.lay_out` stays
-the reference, and the tests hold the two to identical arrays.
+fills the same arrays directly, ordering the participants by precomputed ranks instead
+of comparing their job-order keys; :func:`gather` puts a scenario's victims and
+participants together from its batches, each laid out once per probe
+(:func:`pack_victims`). The functions of the same names in
+:mod:`kai.actions.solvers.replacement` stay the reference, and the tests hold the two to
+identical arrays.
 """
 
 from cpython.buffer cimport (
@@ -16,6 +20,7 @@ from cpython.buffer cimport (
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
+from libc.stdlib cimport free, malloc, qsort
 from libc.string cimport memcpy, strcmp
 
 import numpy as np
@@ -129,16 +134,59 @@ def victims(
     )
 
 
+cdef struct _Ranked:
+    double rank
+    Py_ssize_t index
+
+
+cdef int _by_rank(const void* a, const void* b) noexcept nogil:
+    cdef const _Ranked* x = <const _Ranked*>a
+    cdef const _Ranked* y = <const _Ranked*>b
+    if x.rank < y.rank:
+        return -1
+    if x.rank > y.rank:
+        return 1
+    return -1 if x.index < y.index else (1 if x.index > y.index else 0)
+
+
+cdef void _block(object array, double* out, Py_ssize_t n) except *:
+    """Copy a C-contiguous float64 array of ``n`` elements."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    try:
+        if view.len != n * 8 or view.itemsize != 8 or view.format == NULL or (
+            strcmp(view.format, b"d") != 0 and strcmp(view.format, b"<d") != 0
+        ):
+            raise TypeError(f"expected a contiguous float64 array of {n} elements")
+        memcpy(out, view.buf, n * sizeof(double))
+    finally:
+        PyBuffer_Release(&view)
+
+
 def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple columns):
-    """:func:`kai.actions.solvers.replacement.lay_out`, compiled."""
+    """:func:`kai.actions.solvers.replacement.lay_out`, compiled.
+
+    The participants are ordered by their ranks (which compare as their (leaf, key)
+    pairs do), then by their place in ``parts``: the reference's order, without
+    comparing keys.
+    """
     cdef Py_ssize_t n = len(parts)
     cdef Py_ssize_t i, j, k, m, q, t, n_rows = 0
-    cdef list order = []
-    for i in range(n):
-        part = parts[i]
-        order.append((part.leaf, part.key, i - n, i))
-        n_rows += len(part.rows)
-    order.sort()
+    cdef _Ranked* ranked = <_Ranked*>malloc((n if n > 0 else 1) * sizeof(_Ranked))
+    if ranked == NULL:
+        raise MemoryError()
+    cdef list order = [None] * n
+    try:
+        for i in range(n):
+            part = parts[i]
+            ranked[i].rank = part.rank.value
+            ranked[i].index = i
+            n_rows += len(part.rows)
+        qsort(ranked, n, sizeof(_Ranked), _by_rank)
+        for m in range(n):
+            order[m] = ranked[m].index
+    finally:
+        free(ranked)
 
     # One block per type, cut into the arrays (contiguous views).
     cdef Py_ssize_t n_int = (n_queues + 1) + 5 * n + 1 + 4 * n_rows
@@ -170,7 +218,7 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         t = 0
         task_start[0] = 0
         for m in range(n):
-            i = order[m][3]
+            i = order[m]
             part = parts[i]
             q = part.leaf
             if i == n - 1:
@@ -201,9 +249,7 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
                     slot = slots[id(mask)] = len(stacked)
                     stacked.append(mask)
                 t_mask[t + j] = slot
-            values = part.rows
-            for j in range(k):
-                _row(values[j], t_req + (t + j) * n_resources, n_resources)
+            _block(part.block, t_req + t * n_resources, k * n_resources)
             t += k
             task_start[m + 1] = t
         for q in range(n_queues):
@@ -233,3 +279,143 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         ints_a[a + 5 * n + 1 + 2 * n_rows : a + 5 * n + 1 + 3 * n_rows],
         ints_a[a + 5 * n + 1 + 3 * n_rows : a + 5 * n + 1 + 4 * n_rows],
     )
+
+
+def gather(
+    list batches,
+    dict slots,
+    object make_slot,
+    object preemptor,
+    set recorded_jobs,
+    list recorded_slots,
+    object recorded_packed,
+    object view,
+    Py_ssize_t view_at,
+    object feasible,
+    Py_ssize_t n_resources,
+    object whole,
+    object refused,
+):
+    """:func:`kai.actions.solvers.replacement.gather`, compiled."""
+    cdef list chosen = []
+    cdef Py_ssize_t width = n_resources + 6, rows = 0, i, j, k, v, at
+    for batch in batches:
+        key = id(batch)
+        slot = slots.get(key)
+        if slot is None:
+            slot = make_slot(batch)
+            slots[key] = slot
+        if slot is refused:
+            return refused
+        if slot is whole or slot.job is preemptor:
+            return None
+        chosen.append(slot)
+    cdef set jobs = set()
+    for slot in chosen:
+        jobs.add(slot.job)
+    if len(jobs) != len(chosen) or (recorded_jobs and not recorded_jobs.isdisjoint(jobs)):
+        return None
+    cdef list blocks = [slot.packed for slot in chosen]
+    if recorded_packed is not None:
+        blocks.insert(0, recorded_packed)
+    for block in blocks:
+        rows += block.shape[0]
+    req_a = np.empty((rows, n_resources), dtype=np.float64)
+    qvec_a = np.empty((rows, 3), dtype=np.float64)
+    ints_a = np.empty(2 * rows, dtype=np.int64)
+    flags_a = np.empty(rows, dtype=np.bool_)
+    within_a = np.array(feasible, dtype=np.bool_, copy=True)
+    cdef Py_buffer vr, vq, vi, vf, vw, vb
+    cdef double* req = <double*>_open(req_a, &vr)
+    cdef double* qvec = <double*>_open(qvec_a, &vq)
+    cdef long long* node = <long long*>_open(ints_a, &vi)
+    cdef long long* leaf = node + rows
+    cdef unsigned char* flags = <unsigned char*>_open(flags_a, &vf)
+    cdef unsigned char* within = <unsigned char*>_open(within_a, &vw)
+    cdef Py_ssize_t n_nodes = len(within_a)
+    cdef const double* src
+    try:
+        v = 0
+        for block in blocks:
+            PyObject_GetBuffer(block, &vb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            try:
+                if vb.itemsize != 8 or vb.len % (width * 8) != 0 or vb.format == NULL or (
+                    strcmp(vb.format, b"d") != 0 and strcmp(vb.format, b"<d") != 0
+                ):
+                    raise TypeError(f"expected contiguous float64 rows of {width}")
+                k = vb.len // (width * 8)
+                src = <const double*>vb.buf
+                for i in range(k):
+                    for j in range(n_resources):
+                        req[v * n_resources + j] = src[i * width + j]
+                    for j in range(3):
+                        qvec[v * 3 + j] = src[i * width + n_resources + j]
+                    at = <Py_ssize_t>src[i * width + n_resources + 3]
+                    if not (0 <= at < n_nodes):
+                        raise IndexError(f"victim on node {at} of {n_nodes}")
+                    node[v] = at
+                    within[at] = 1
+                    leaf[v] = <long long>src[i * width + n_resources + 4]
+                    flags[v] = 1 if src[i * width + n_resources + 5] != 0 else 0
+                    v += 1
+            finally:
+                PyBuffer_Release(&vb)
+    finally:
+        PyBuffer_Release(&vr)
+        PyBuffer_Release(&vq)
+        PyBuffer_Release(&vi)
+        PyBuffer_Release(&vf)
+        PyBuffer_Release(&vw)
+    cdef list parts = [slot.part for slot in recorded_slots]
+    cdef list skipped = [slot.base_at for slot in recorded_slots if slot.base_at >= 0]
+    for slot in chosen:
+        parts.append(slot.part)
+        if slot.base_at >= 0:
+            skipped.append(slot.base_at)
+    parts.append(view)
+    if view_at >= 0:
+        skipped.append(view_at)
+    return parts, skipped, req_a, qvec_a, ints_a[:rows], ints_a[rows:], flags_a, within_a
+
+
+def pack_victims(tuple arrays):
+    """:func:`kai.actions.solvers.replacement.pack_victims`, compiled."""
+    req_a, qvec_a, node_a, leaf_a, flags_a = arrays
+    cdef Py_ssize_t rows = len(node_a), i, j
+    cdef Py_ssize_t r = req_a.shape[1] if rows else (req_a.shape[1] if req_a.ndim == 2 else 0)
+    cdef Py_ssize_t width = r + 6
+    out_a = np.empty((rows, width), dtype=np.float64)
+    if rows == 0:
+        return out_a
+    cdef Py_buffer vo, vr, vq, vn, vl, vf
+    cdef double* out = <double*>_open(out_a, &vo)
+    try:
+        PyObject_GetBuffer(req_a, &vr, PyBUF_C_CONTIGUOUS)
+        PyObject_GetBuffer(qvec_a, &vq, PyBUF_C_CONTIGUOUS)
+        PyObject_GetBuffer(node_a, &vn, PyBUF_C_CONTIGUOUS)
+        PyObject_GetBuffer(leaf_a, &vl, PyBUF_C_CONTIGUOUS)
+        PyObject_GetBuffer(flags_a, &vf, PyBUF_C_CONTIGUOUS)
+        try:
+            if (
+                vr.len != rows * r * 8 or vq.len != rows * 24 or vn.len != rows * 8
+                or vl.len != rows * 8 or vf.len != rows
+            ):
+                raise TypeError("victims' arrays of unexpected sizes")
+            for i in range(rows):
+                for j in range(r):
+                    out[i * width + j] = (<double*>vr.buf)[i * r + j]
+                for j in range(3):
+                    out[i * width + r + j] = (<double*>vq.buf)[i * 3 + j]
+                out[i * width + r + 3] = <double>(<long long*>vn.buf)[i]
+                out[i * width + r + 4] = <double>(<long long*>vl.buf)[i]
+                out[i * width + r + 5] = 1.0 if (<unsigned char*>vf.buf)[i] else 0.0
+        finally:
+            PyBuffer_Release(&vr)
+            PyBuffer_Release(&vq)
+            PyBuffer_Release(&vn)
+            PyBuffer_Release(&vl)
+            PyBuffer_Release(&vf)
+    finally:
+        PyBuffer_Release(&vo)
+    return out_a
+

@@ -32,7 +32,7 @@ from kai import _fast
 from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import NodePicker
 from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
-from kai.actions.solvers.scenario import COUNT_SLACK
+from kai.actions.solvers.scenario import COUNT_SLACK, Scenario, VictimBatch
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
 from kai.api.resources import GPU
@@ -134,6 +134,7 @@ class _Base:
     index: dict[Job, int]
     children: dict[str | None, list[str]]
     tree: tuple[np.ndarray, np.ndarray]  # (kid_start, kids)
+    bare: frozenset[int]  # the leaves without stand-ins (a simulation links them itself)
 
 
 @dataclass(slots=True)
@@ -153,6 +154,99 @@ class _Participant:
     nominated: list[int] = field(default_factory=list)
     evicted_from: list[int] = field(default_factory=list)  # -1: pending
     vacated_at: list[int] = field(default_factory=list)  # -1: none
+    rank: _Rank | None = None  # its (leaf, key) among the pool's participants
+    block: np.ndarray | None = None  # ``rows`` stacked, [pods, R]
+
+
+class _Rank:
+    """Where a (leaf, job-order key) pair stands among those of the participants laid
+    out for one version of the pool: ranks compare as the pairs do, and the participants
+    of equal pairs share one (:meth:`ReplacementCheck._rank`), so that a simulation's
+    participants are ordered by numbers (kai._fast.layout) instead of by their keys."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One job's victims in the scenarios of a probe (its recorded victims, or one victim
+    batch), laid out once: the job as a participant with them evicted, and the victims'
+    arrays (:meth:`ReplacementCheck._victims`)."""
+
+    job: Job
+    part: _Participant
+    packed: np.ndarray  # the victims' arrays side by side (pack_victims)
+    base_at: int  # the job's stand-in in the pool (-1: none)
+    batch: VictimBatch | None = None  # kept alive: the probe finds slots by its id
+
+
+#: A slot's victims before they are laid out.
+_NO_VICTIMS = np.zeros((0, 0))
+
+#: A batch the probe's layout does not take: the scenario is laid out whole.
+_WHOLE = object()
+#: A batch the compiled re-placement does not take at all.
+_REFUSED = object()
+
+
+class _ProbeLayout:
+    """What the scenarios of one probe share: the preemptor's view and the recorded
+    victims, laid out once (:meth:`ReplacementCheck._probe_arrays`).
+
+    A probe's scenarios are simulated on one session state (each simulation is undone
+    before the next), so what is laid out holds while the node table's version, the
+    queues' versions and the pool's stand-ins stay the same: ``stamp``.  The batches
+    are laid out once per such state, for all the probes that share it.
+    """
+
+    __slots__ = (
+        "preemptor",
+        "pending",
+        "recorded",
+        "feasible",
+        "base",
+        "stamp",
+        "refused",
+        "view",
+        "view_at",
+        "recorded_slots",
+        "recorded_jobs",
+        "recorded_packed",
+    )
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        feasible: np.ndarray,
+        base: _Base,
+        stamp: tuple[object, int, int],
+    ) -> None:
+        self.preemptor = scenario.preemptor
+        self.pending = scenario.pending
+        self.recorded = scenario.recorded
+        self.feasible = feasible
+        self.base = base
+        self.stamp = stamp
+        self.refused = False  # the recorded victims or the view are not taken
+        self.view: _Participant | None = None
+        self.view_at = base.index.get(scenario.preemptor, -1)  # its stand-in
+        self.recorded_slots: list[_Slot] = []
+        self.recorded_jobs: set[Job] = set()
+        self.recorded_packed: np.ndarray | None = None  # the recorded victims (pack_victims)
+
+    def serves(self, scenario: Scenario, feasible: np.ndarray, base: _Base, stamp: tuple) -> bool:
+        return (
+            scenario.preemptor is self.preemptor
+            and scenario.pending is self.pending
+            and scenario.recorded is self.recorded
+            and feasible is self.feasible
+            and base is self.base
+            and stamp[0] is self.stamp[0]
+            and stamp[1:] == self.stamp[1:]
+        )
 
 
 class ReplacementCheck:
@@ -179,8 +273,18 @@ class ReplacementCheck:
         self._layouts: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
         # The preemptors' views laid out, by (job, its pending pods, its queue's version).
         self._views: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
+        # The participants' (leaf, key) pairs laid out for the pool, ascending, and
+        # their ranks (_rank).
+        self._ranked: list[tuple[int, Any]] = []
+        self._ranks: list[_Rank] = []
         # The queues' allocations, for one version of the node table.
         self._allocations: tuple[Any, int, np.ndarray, np.ndarray] | None = None
+        # The probe whose scenarios are being simulated, laid out (_probe_arrays), and
+        # the batches laid out for the probes of one session state (by id: each slot
+        # keeps its batch alive), with that state's stamp.
+        self._probe: _ProbeLayout | None = None
+        self._slots: dict[int, object] = {}
+        self._slots_stamp: tuple[object, int, int, _Base | None] = (None, -1, -1, None)
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self._credit = CREDIT_START
         self._passed = 0
@@ -223,10 +327,53 @@ class ReplacementCheck:
         ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``;
         None when the compiled re-placement does not take it.  The session is only read.
         """
+        if self._skipped():
+            return None
+        return self._placed(victims, victim_jobs, preemptor, pending, within)
+
+    def scenario_placed(self, scenario: Scenario, feasible: np.ndarray) -> bool | None:
+        """:meth:`preemptor_placed` for the simulation of ``scenario`` on the nodes
+        ``feasible`` and its victims' nodes.
+
+        The scenarios of one probe share the preemptor's view and the recorded victims,
+        and most are made of batches that earlier ones had: each is laid out once per
+        probe (:class:`_ProbeLayout`) and a scenario is only put together from them.  A
+        scenario with two victim groups of one job, or with the preemptor's own pods
+        among its victims, is laid out whole, as :meth:`preemptor_placed` does.
+        """
+        if self._skipped():
+            return None
+        pool = self.ssn.cache.get(POOL_KEY)
+        if not isinstance(pool, PendingPool):
+            return None
+        try:
+            base = self._base_of(pool)
+            arrays = self._probe_arrays(scenario, feasible, base)
+        except _Unsupported:
+            return None
+        if arrays is None:
+            victims = scenario.victim_tasks()
+            within = feasible.copy()
+            within[[task.node for task in victims]] = True
+            victim_jobs = list(dict.fromkeys(task.job for task in victims))
+            return self._placed(victims, victim_jobs, scenario.preemptor, scenario.pending, within)
+        return self._decide(arrays)
+
+    def _skipped(self) -> bool:
+        """Whether the check sits this simulation out (see ``CREDIT_START``)."""
         if self._credit <= 0 and not self.verify:
             self._passed += 1
-            if self._passed % PROBE_EVERY:
-                return None
+            return bool(self._passed % PROBE_EVERY)
+        return False
+
+    def _placed(
+        self,
+        victims: list[Task],
+        victim_jobs: list[Job],
+        preemptor: Job,
+        pending: list[Task],
+        within: np.ndarray,
+    ) -> bool | None:
         pool = self.ssn.cache.get(POOL_KEY)
         if not isinstance(pool, PendingPool):
             return None
@@ -237,9 +384,127 @@ class ReplacementCheck:
         except _Unsupported:
             return None
         arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
+        return self._decide(arrays)
+
+    def _decide(self, arrays: ReplacementArrays) -> bool:
         placed = bool(self.picker.native.replace_until_preemptor(arrays))
         self.account(placed)
         return placed
+
+    def _probe_arrays(
+        self, scenario: Scenario, feasible: np.ndarray, base: _Base
+    ) -> ReplacementArrays | None:
+        """The arrays of ``scenario``'s simulation from its probe's layout; None for a
+        scenario to lay out whole.  The same arrays as :meth:`_as_evicted` and
+        :meth:`_victims` give: the recorded victims' jobs, then each batch's job in the
+        scenario's order, then the preemptor's view; the victims in the same order."""
+        ssn = self.ssn
+        nodes = ssn.nodes
+        stamp = (nodes, nodes.version, sum(ssn.queue_versions.values()))
+        probe = self._probe
+        if probe is None or not probe.serves(scenario, feasible, base, stamp):
+            probe = self._probe = self._lay_out_probe(scenario, feasible, base, stamp)
+            kept = self._slots_stamp
+            if kept[0] is not nodes or kept[1:3] != stamp[1:] or kept[3] is not base:
+                self._slots = {}
+                self._slots_stamp = (nodes, stamp[1], stamp[2], base)
+        if probe.refused:
+            raise _Unsupported
+        if probe.view is None:
+            return None
+        fast = _fast.module("layout")
+        got: Any = (fast.gather if fast is not None else gather)(
+            scenario.batches,
+            self._slots,
+            lambda batch: self._batch_slot(base, batch),
+            probe.preemptor,
+            probe.recorded_jobs,
+            probe.recorded_slots,
+            probe.recorded_packed,
+            probe.view,
+            probe.view_at,
+            feasible,
+            nodes.idle.shape[1],
+            _WHOLE,
+            _REFUSED,
+        )
+        if got is _REFUSED:
+            raise _Unsupported
+        if got is None:
+            return None
+        parts, skipped, v_req, v_qvec, v_node, v_leaf, v_np, within = got
+        arrays = self._arrays(parts, skipped, within, base)
+        arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = (
+            v_req,
+            v_qvec,
+            v_node,
+            v_leaf,
+            v_np,
+        )
+        return arrays
+
+    def _lay_out_probe(
+        self, scenario: Scenario, feasible: np.ndarray, base: _Base, stamp: tuple[object, int, int]
+    ) -> _ProbeLayout:
+        """The probe of ``scenario``: its preemptor's view and its recorded victims."""
+        probe = _ProbeLayout(scenario, feasible, base, stamp)
+        preemptor = scenario.preemptor
+        per_job: dict[Job, list[Task]] = {}
+        for task in scenario.recorded:
+            per_job.setdefault(task.job, []).append(task)
+        if preemptor in per_job:
+            return probe  # no view: every scenario is laid out whole
+        try:
+            if per_job:
+                probe.recorded_packed = self._packed(list(scenario.recorded))
+                probe.recorded_slots = [self._slot(base, job, ts) for job, ts in per_job.items()]
+                probe.recorded_jobs = set(per_job)
+            probe.view = self._view(base, preemptor, scenario.pending)
+        except _Unsupported:
+            probe.refused = True
+        return probe
+
+    def _batch_slot(self, base: _Base, batch: VictimBatch) -> object:
+        """``batch`` laid out: a :class:`_Slot`, ``_WHOLE`` (pods of several jobs) or
+        ``_REFUSED``."""
+        tasks = list(batch.tasks)
+        job = tasks[0].job
+        if any(task.job is not job for task in tasks):
+            return _WHOLE
+        try:
+            slot = self._slot(base, job, tasks)
+            slot.packed = self._packed(tasks)
+        except _Unsupported:
+            return _REFUSED
+        slot.batch = batch
+        return slot
+
+    def _packed(self, victims: list[Task]) -> np.ndarray:
+        """The victims' arrays (:meth:`_victims`), packed (:func:`pack_victims`)."""
+        fast = _fast.module("layout")
+        return (fast.pack_victims if fast is not None else pack_victims)(self._victims(victims))
+
+    def _slot(self, base: _Base, job: Job, evicted: list[Task]) -> _Slot:
+        """``job`` as a participant with its pods ``evicted`` evicted (laid out once per
+        set of evicted pods while its queue's version holds, as :meth:`_as_evicted`)."""
+        key = (job, tuple(evicted), self.ssn.queue_versions[job.queue or ""])
+        part = self._layouts.get(key)
+        if part is None:
+            with _evicted(evicted) as vacated_at:
+                part = self._participant(
+                    base, job, tasks_to_allocate(self.ssn, job), evicted, vacated_at
+                )
+            self._layouts[key] = part
+        return _Slot(job, part, _NO_VICTIMS, base.index.get(job, -1))
+
+    def _view(self, base: _Base, preemptor: Job, pending: list[Task]) -> _Participant:
+        """The preemptor's view, the same for every scenario of a probe."""
+        view_key = (preemptor, tuple(pending), self.ssn.queue_versions[preemptor.queue or ""])
+        part = self._views.get(view_key)
+        if part is None:
+            view = partial_view(preemptor, pending)
+            part = self._views[view_key] = self._participant(base, view, pending, None, {})
+        return part
 
     def account(self, placed: bool) -> None:
         """A simulation placed its preemptor or not (see ``CREDIT_START``): told by
@@ -329,14 +594,11 @@ class ReplacementCheck:
                         base, view, pending, own_victims[preemptor], vacated_at
                     )
         if view_part is None:
-            # The preemptor's view, the same for every scenario of a probe.
-            view_key = (preemptor, tuple(pending), versions[preemptor.queue or ""])
-            view_part = self._views.get(view_key)
-            if view_part is None:
-                view = partial_view(preemptor, pending)
-                view_part = self._views[view_key] = self._participant(base, view, pending, None, {})
+            view_part = self._view(base, preemptor, pending)
         parts: list[_Participant] = [*found, view_part]  # type: ignore[list-item]
-        return self._arrays(parts, {*victim_jobs, preemptor}, within, base)
+        index = base.index
+        skipped = [index[job] for job in {*victim_jobs, preemptor} if job in index]
+        return self._arrays(parts, skipped, within, base)
 
     def _base_of(self, pool: PendingPool) -> _Base:
         """The pool's stand-ins and the requests the queue order reads of them (the
@@ -349,6 +611,7 @@ class ReplacementCheck:
         self._base = None
         self._layouts.clear()  # a commit changed pods' statuses
         self._views.clear()
+        self._ranked, self._ranks = [], []
         if any(name not in self.index for name, entries in pool.leaves.items() if entries):
             raise _Unsupported
         start = [0]
@@ -371,7 +634,10 @@ class ReplacementCheck:
             if entries:
                 link_leaf(children, self.ssn.queue_path(name))
         tree = self._tree(children)
-        base = self._base = _Base(pool, pool.version, start_at, request, index, children, tree)
+        bare = frozenset(q for q, name in enumerate(self.names) if not pool.leaves.get(name))
+        base = self._base = _Base(
+            pool, pool.version, start_at, request, index, children, tree, bare
+        )
         return base
 
     def _tree(self, children: dict[str | None, list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -452,25 +718,47 @@ class ReplacementCheck:
             if gpus > need:
                 need = gpus
         part.gpu_need = need
+        part.rank = self._rank(leaf, key)
+        part.block = np.array(part.rows, dtype=np.float64).reshape(len(part.rows), -1)
         return part
+
+    def _rank(self, leaf: int, key: Any) -> _Rank:
+        """The rank of ``(leaf, key)`` (see :class:`_Rank`): its pair's, if one equal to it
+        is ranked already; else one between its neighbours' (all renumbered when no
+        float is left between them)."""
+        pair = (leaf, key)
+        ranked, ranks = self._ranked, self._ranks
+        i = bisect_left(ranked, pair)
+        if i < len(ranked) and not pair < ranked[i]:
+            return ranks[i]  # equal: neither is below the other
+        low = ranks[i - 1].value if i > 0 else 0.0
+        high = ranks[i].value if i < len(ranks) else low + 2.0
+        rank = _Rank((low + high) / 2)
+        ranked.insert(i, pair)
+        ranks.insert(i, rank)
+        if not low < rank.value < high:
+            for value, each in enumerate(ranks, start=1):
+                each.value = float(value)
+        return rank
 
     def _arrays(
         self,
         parts: list[_Participant],
-        replaces: set[Job],
+        skipped_at: list[int],
         within: np.ndarray,
         base: _Base,
     ) -> ReplacementArrays:
         """The arrays of one simulation: ``parts`` (the victims' jobs, then the
-        preemptor's view) in a simulation queue's order, standing in for the jobs
-        ``replaces``."""
-        pool = base.pool
+        preemptor's view) in a simulation queue's order, standing in for the pool's
+        entries ``skipped_at`` (their jobs')."""
         # The leaves a simulation queue links after the pool's (in the parts' order).
         extra: list[str] = []
+        bare = base.bare
         for part in parts:
-            name = self.names[part.leaf]
-            if not pool.leaves.get(name) and name not in extra:
-                extra.append(name)
+            if part.leaf in bare:
+                name = self.names[part.leaf]
+                if name not in extra:
+                    extra.append(name)
         if extra:
             children = {parent: list(kids) for parent, kids in base.children.items()}
             for name in extra:
@@ -502,10 +790,7 @@ class ReplacementCheck:
             parts, len(self.names), nodes.idle.shape[1], _COLUMNS
         )
         skipped = np.zeros(len(base.request), dtype=np.bool_)
-        for job in replaces:
-            at = base.index.get(job)
-            if at is not None:
-                skipped[at] = True
+        skipped[skipped_at] = True
         q_alloc, q_alloc_np = self._queue_allocations()
         kernel = self.queues
         return ReplacementArrays(
@@ -563,6 +848,75 @@ class ReplacementCheck:
         q_alloc_np = np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64)
         self._allocations = (nodes, nodes.version, q_alloc, q_alloc_np)
         return q_alloc, q_alloc_np
+
+
+def pack_victims(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The victims' arrays of :meth:`ReplacementCheck._victims` (``v_req``, ``v_qvec``,
+    ``v_node``, ``v_leaf``, ``v_np``) side by side in one float64 block, a row per
+    victim (node and leaf indices and flags are exact as floats)."""
+    req, qvec, node, leaf, flags = arrays
+    return np.hstack([req, qvec, node[:, None], leaf[:, None], flags[:, None]]).astype(np.float64)
+
+
+def gather(
+    batches: list[VictimBatch],
+    slots: dict[int, object],
+    make_slot: Callable[[VictimBatch], object],
+    preemptor: Job,
+    recorded_jobs: set[Job],
+    recorded_slots: list[_Slot],
+    recorded_packed: np.ndarray | None,
+    view: _Participant,
+    view_at: int,
+    feasible: np.ndarray,
+    n_resources: int,
+    whole: object,
+    refused: object,
+) -> tuple | object | None:
+    """A scenario of a probe put together from its slots (the batches' ones found in
+    ``slots`` by id, or made there by ``make_slot``): the participants (the recorded
+    victims' jobs, the batches' jobs, the preemptor's ``view``), the pool entries they
+    stand in for, the victims' arrays (the recorded ones, then the batches'), and the
+    nodes the simulation may use (``feasible`` and the victims').  None when it is to
+    be laid out whole (a batch ``whole``, the preemptor's pods, or a job's two groups of
+    victims); ``refused`` when a batch is.  The reference of ``kai._fast.layout.gather``,
+    which gives identical values."""
+    chosen: list[_Slot] = []
+    for batch in batches:
+        slot = slots.get(id(batch))
+        if slot is None:
+            slot = slots[id(batch)] = make_slot(batch)
+        if slot is refused:
+            return refused
+        if slot is whole or slot.job is preemptor:  # type: ignore[attr-defined]
+            return None
+        chosen.append(slot)  # type: ignore[arg-type]
+    jobs = {slot.job for slot in chosen}
+    if len(jobs) != len(chosen) or (recorded_jobs and not recorded_jobs.isdisjoint(jobs)):
+        return None
+    blocks = [slot.packed for slot in chosen]
+    if recorded_packed is not None:
+        blocks.insert(0, recorded_packed)
+    block = np.concatenate(blocks).reshape(-1, n_resources + 6)
+    r = n_resources
+    within = feasible.copy()
+    node = block[:, r + 3].astype(np.int64)
+    within[node] = True
+    parts = [*(s.part for s in recorded_slots), *(s.part for s in chosen), view]
+    skipped = [s.base_at for s in recorded_slots if s.base_at >= 0]
+    skipped += [s.base_at for s in chosen if s.base_at >= 0]
+    if view_at >= 0:
+        skipped.append(view_at)
+    return (
+        parts,
+        skipped,
+        np.ascontiguousarray(block[:, :r]),
+        np.ascontiguousarray(block[:, r : r + 3]),
+        node,
+        block[:, r + 4].astype(np.int64),
+        block[:, r + 5].astype(np.bool_),
+        within,
+    )
 
 
 def victim_arrays(

@@ -144,21 +144,21 @@ def simulate(
     validator: Validator,
     action: str,
 ) -> Simulation:
-    victims = scenario.victim_tasks()
-    if not victims:
-        return Simulation(False)
-    preemptor = scenario.preemptor
-    within = feasible.copy()
-    within[[task.node for task in victims]] = True
-    victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
+    if not scenario.recorded and not any(batch.tasks for batch in scenario.batches):
+        return Simulation(False)  # no victims
     # Most simulations fail at the preemptor's turn: the compiled core tells them apart
     # without the statement and the loop below (kai.actions.solvers.replacement).
     check = ReplacementCheck.for_session(ssn)
     compiled = None
     if check is not None:
-        compiled = check.preemptor_placed(victims, victim_jobs, preemptor, scenario.pending, within)
+        compiled = check.scenario_placed(scenario, feasible)
         if compiled is False and not check.verify:
             return Simulation(False)
+    victims = scenario.victim_tasks()
+    preemptor = scenario.preemptor
+    within = feasible.copy()
+    within[[task.node for task in victims]] = True
+    victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
     stmt = ssn.statement()
     reason = eviction_reason(action, preemptor)
     for task in victims:
