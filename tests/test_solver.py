@@ -392,7 +392,7 @@ def _accumulated_states(ssn, cands, pending, recorded, limit=60):
                 None if (t := state.freed_total_array()) is None else t.tolist(),
             )
         )
-        if len(out) >= limit:
+        if limit is not None and len(out) >= limit:
             break
     return out
 
@@ -429,6 +429,44 @@ def test_fast_accumulation_matches_queue_pops(seed: int, run: int, monkeypatch) 
             assert fast == slow
             compared += len(slow)
     assert compared > 0
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_an_accumulation_read_to_its_end_is_replayed_alike(seed: int, monkeypatch) -> None:
+    """The next generator of a probe gets the states the first one accumulated, made
+    again from the batches it kept, while no pod changed status; after a change the
+    victim queue is read afresh."""
+    from kai.actions.solvers import scenario
+    from kai.framework.session import tasks_to_allocate
+
+    live_reads: list[int] = []
+    original = scenario._accumulate
+
+    def counted(*args):
+        live_reads.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(scenario, "_accumulate", counted)
+    rng = np.random.default_rng(seed)
+    ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
+    preemptors = [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)]
+    replayed = 0
+    for preemptor in preemptors[:4]:
+        tasks = tasks_to_allocate(ssn, preemptor)
+        cands = pool.candidates(lambda job, p=preemptor: job is not p)
+        k = int(rng.integers(1, len(tasks) + 1))
+        picked = rng.choice(len(running), size=int(rng.integers(0, 4)), replace=False)
+        recorded = [running[i] for i in sorted(picked)]
+        live_reads.clear()
+        first = _accumulated_states(ssn, cands, tasks[:k], recorded, limit=None)
+        again = _accumulated_states(ssn, cands, list(tasks[:k]), list(recorded), limit=None)
+        assert again == first and len(live_reads) == 1
+        replayed += len(again)
+        # A pod that changes status (and back) makes the next one read the queue again.
+        ssn.nodes.version += 1
+        assert _accumulated_states(ssn, cands, tasks[:k], recorded, limit=None) == first
+        assert len(live_reads) == 2
+    assert replayed > 0
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -685,8 +685,84 @@ def accumulate(
 
     The first state yielded (before any batch) is the recorded-victims-only state, and
     only when recorded victims exist.
-    """
 
+    Every generator of a probe accumulates the same states (the same candidates,
+    pending tasks and recorded victims, on the same session state: each simulation is
+    undone before the next).  An accumulation read to its end is kept
+    (:class:`_Accumulation`), and the next one of the same probe, while no pod has
+    changed status since, adds the same batches and yields at the same points without
+    popping the victim queue or running the filters again.
+    """
+    key = (tuple(pending), tuple(recorded))
+    kept = _kept_accumulations(ssn, candidates)
+    earlier = kept.get(key)
+    stamp = _state_stamp(ssn)
+    if earlier is not None and earlier.stamp[0] is stamp[0] and earlier.stamp[1:] == stamp[1:]:
+        yield from earlier.replay(ssn, pending, recorded)
+        return
+    trace = _Accumulation(stamp)
+    last: AccumulatedState | None = None
+    for last in _accumulate(ssn, candidates, pending, recorded):
+        trace.yields.append(len(last.batches))
+        yield last
+    if _state_stamp(ssn)[1:] != stamp[1:]:
+        return  # a simulation changed statuses (and changed them back) meanwhile
+    if last is not None:
+        trace.batches = last.batches  # no longer added to
+    kept[key] = trace
+
+
+class _Accumulation:
+    """An accumulation read to its end: the batches it added, in order, and how many
+    it had added at each state it yielded; valid while the session state is the one
+    of ``stamp`` (:func:`_state_stamp`)."""
+
+    __slots__ = ("stamp", "batches", "yields")
+
+    def __init__(self, stamp: tuple[object, int, int]) -> None:
+        self.stamp = stamp
+        self.batches: list[VictimBatch] = []
+        self.yields: list[int] = []
+
+    def replay(
+        self, ssn: Session, pending: list[Task], recorded: list[Task]
+    ) -> Iterator[AccumulatedState]:
+        """The same states, made by adding the same batches (the filters passed them)."""
+        if not self.yields:
+            return
+        state = AccumulatedState(ssn, pending, recorded)
+        batches = self.batches
+        for count in self.yields:
+            for i in range(len(state.batches), count):
+                state.add(batches[i])
+            yield state
+
+
+def _state_stamp(ssn: Session) -> tuple[object, int, int]:
+    """Changes whenever a pod changes status (its node table's rows and its queues'
+    versions move with it)."""
+    nodes = ssn.nodes
+    return (nodes, nodes.version, sum(ssn.queue_versions.values()))
+
+
+def _kept_accumulations(
+    ssn: Session, candidates: list[Job]
+) -> dict[tuple[tuple[Task, ...], tuple[Task, ...]], _Accumulation]:
+    """The accumulations kept for the probes of ``candidates`` (one job's search)."""
+    cache_key = ("solver.accumulations", id(candidates))
+    got = ssn.cache.get(cache_key)
+    if got is None or got[0] is not candidates:
+        got = ssn.cache[cache_key] = (candidates, {})
+    return got[1]
+
+
+def _accumulate(
+    ssn: Session,
+    candidates: list[Job],
+    pending: list[Task],
+    recorded: list[Task],
+) -> Iterator[AccumulatedState]:
+    """:func:`accumulate`, from the victim queue."""
     state = AccumulatedState(ssn, pending, recorded)
     if recorded and state.passes_filters():
         yield state
