@@ -285,6 +285,7 @@ def gather(
     list batches,
     dict slots,
     object make_slot,
+    object versions,
     object preemptor,
     set recorded_jobs,
     list recorded_slots,
@@ -302,12 +303,14 @@ def gather(
     for batch in batches:
         key = id(batch)
         slot = slots.get(key)
-        if slot is None:
+        if slot is None or (slot is not whole and versions.get(slot.queue, 0) != slot.version):
             slot = make_slot(batch)
             slots[key] = slot
-        if slot is refused:
+        if slot is whole:
+            return None
+        if slot.refused:
             return refused
-        if slot is whole or slot.job is preemptor:
+        if slot.job is preemptor:
             return None
         chosen.append(slot)
     cdef set jobs = set()

@@ -174,12 +174,19 @@ class _Rank:
 class _Slot:
     """One job's victims in the scenarios of a probe (its recorded victims, or one victim
     batch), laid out once: the job as a participant with them evicted, and the victims'
-    arrays (:meth:`ReplacementCheck._victims`)."""
+    arrays (:meth:`ReplacementCheck._victims`) packed (:func:`pack_victims`).
+
+    Both read the job's pods alone, so a batch's slot holds while its job's queue keeps
+    the version it was laid out at (``queue``, ``version``); ``refused`` when the
+    compiled re-placement does not take it."""
 
     job: Job
-    part: _Participant
-    packed: np.ndarray  # the victims' arrays side by side (pack_victims)
+    part: _Participant | None
+    packed: np.ndarray
     base_at: int  # the job's stand-in in the pool (-1: none)
+    queue: str
+    version: int
+    refused: bool = False
     batch: VictimBatch | None = None  # kept alive: the probe finds slots by its id
 
 
@@ -188,7 +195,7 @@ _NO_VICTIMS = np.zeros((0, 0))
 
 #: A batch the probe's layout does not take: the scenario is laid out whole.
 _WHOLE = object()
-#: A batch the compiled re-placement does not take at all.
+#: A scenario the compiled re-placement does not take at all.
 _REFUSED = object()
 
 
@@ -284,7 +291,7 @@ class ReplacementCheck:
         # keeps its batch alive), with that state's stamp.
         self._probe: _ProbeLayout | None = None
         self._slots: dict[int, object] = {}
-        self._slots_stamp: tuple[object, int, int, _Base | None] = (None, -1, -1, None)
+        self._slots_base: _Base | None = None
         self.verify = os.environ.get(VERIFY_ENV) == "1"
         self._credit = CREDIT_START
         self._passed = 0
@@ -404,10 +411,9 @@ class ReplacementCheck:
         probe = self._probe
         if probe is None or not probe.serves(scenario, feasible, base, stamp):
             probe = self._probe = self._lay_out_probe(scenario, feasible, base, stamp)
-            kept = self._slots_stamp
-            if kept[0] is not nodes or kept[1:3] != stamp[1:] or kept[3] is not base:
+            if self._slots_base is not base:
                 self._slots = {}
-                self._slots_stamp = (nodes, stamp[1], stamp[2], base)
+                self._slots_base = base
         if probe.refused:
             raise _Unsupported
         if probe.view is None:
@@ -417,6 +423,7 @@ class ReplacementCheck:
             scenario.batches,
             self._slots,
             lambda batch: self._batch_slot(base, batch),
+            ssn.queue_versions,
             probe.preemptor,
             probe.recorded_jobs,
             probe.recorded_slots,
@@ -465,8 +472,8 @@ class ReplacementCheck:
         return probe
 
     def _batch_slot(self, base: _Base, batch: VictimBatch) -> object:
-        """``batch`` laid out: a :class:`_Slot`, ``_WHOLE`` (pods of several jobs) or
-        ``_REFUSED``."""
+        """``batch`` laid out: a :class:`_Slot` (refused or not), or ``_WHOLE`` for
+        pods of several jobs."""
         tasks = list(batch.tasks)
         job = tasks[0].job
         if any(task.job is not job for task in tasks):
@@ -475,7 +482,8 @@ class ReplacementCheck:
             slot = self._slot(base, job, tasks)
             slot.packed = self._packed(tasks)
         except _Unsupported:
-            return _REFUSED
+            queue = job.queue or ""
+            slot = _Slot(job, None, _NO_VICTIMS, -1, queue, self.ssn.queue_versions[queue], True)
         slot.batch = batch
         return slot
 
@@ -487,7 +495,9 @@ class ReplacementCheck:
     def _slot(self, base: _Base, job: Job, evicted: list[Task]) -> _Slot:
         """``job`` as a participant with its pods ``evicted`` evicted (laid out once per
         set of evicted pods while its queue's version holds, as :meth:`_as_evicted`)."""
-        key = (job, tuple(evicted), self.ssn.queue_versions[job.queue or ""])
+        queue = job.queue or ""
+        version = self.ssn.queue_versions[queue]
+        key = (job, tuple(evicted), version)
         part = self._layouts.get(key)
         if part is None:
             with _evicted(evicted) as vacated_at:
@@ -495,7 +505,7 @@ class ReplacementCheck:
                     base, job, tasks_to_allocate(self.ssn, job), evicted, vacated_at
                 )
             self._layouts[key] = part
-        return _Slot(job, part, _NO_VICTIMS, base.index.get(job, -1))
+        return _Slot(job, part, _NO_VICTIMS, base.index.get(job, -1), queue, version)
 
     def _view(self, base: _Base, preemptor: Job, pending: list[Task]) -> _Participant:
         """The preemptor's view, the same for every scenario of a probe."""
@@ -862,6 +872,7 @@ def gather(
     batches: list[VictimBatch],
     slots: dict[int, object],
     make_slot: Callable[[VictimBatch], object],
+    versions: dict[str, int],
     preemptor: Job,
     recorded_jobs: set[Job],
     recorded_slots: list[_Slot],
@@ -874,7 +885,8 @@ def gather(
     refused: object,
 ) -> tuple | object | None:
     """A scenario of a probe put together from its slots (the batches' ones found in
-    ``slots`` by id, or made there by ``make_slot``): the participants (the recorded
+    ``slots`` by id while their queues keep their ``versions``, or made there by
+    ``make_slot``): the participants (the recorded
     victims' jobs, the batches' jobs, the preemptor's ``view``), the pool entries they
     stand in for, the victims' arrays (the recorded ones, then the batches'), and the
     nodes the simulation may use (``feasible`` and the victims').  None when it is to
@@ -883,14 +895,16 @@ def gather(
     which gives identical values."""
     chosen: list[_Slot] = []
     for batch in batches:
-        slot = slots.get(id(batch))
-        if slot is None:
+        slot: Any = slots.get(id(batch))
+        if slot is None or (slot is not whole and versions.get(slot.queue, 0) != slot.version):
             slot = slots[id(batch)] = make_slot(batch)
-        if slot is refused:
-            return refused
-        if slot is whole or slot.job is preemptor:  # type: ignore[attr-defined]
+        if slot is whole:
             return None
-        chosen.append(slot)  # type: ignore[arg-type]
+        if slot.refused:
+            return refused
+        if slot.job is preemptor:
+            return None
+        chosen.append(slot)
     jobs = {slot.job for slot in chosen}
     if len(jobs) != len(chosen) or (recorded_jobs and not recorded_jobs.isdisjoint(jobs)):
         return None
