@@ -167,11 +167,30 @@ def test_the_credit_follows_every_simulations_outcome() -> None:
     check._credit, check._passed = replacement.CREDIT_START, 0
     for _ in range(replacement.CREDIT_START):
         _verify(check, None, True, None)  # placed, found by the Python loop
-    check.preemptor_placed([], [], None, [], None)
+    check.scenario_placed(None, None)
     assert check._passed == 1  # skipped
     _verify(check, None, False, None)  # not placed: the check would have paid off
-    check.preemptor_placed([], [], None, [], None)
+    check.scenario_placed(None, None)
     assert check._passed == 1  # asked
+
+
+def _generated_and_contested_sessions() -> None:
+    """Sessions on the generated clusters, then on contested ones (allocate binds pods
+    that reclaim and preempt then pick as victims)."""
+    from hypothesis import given
+
+    from tests._kai_cluster import run
+    from tests.test_eviction_properties import SETTINGS, clusters
+
+    for seed in SEEDS:
+        _session(_random(seed), actions=ACTIONS)
+
+    @SETTINGS
+    @given(clusters(contested=True))
+    def contested(case) -> None:
+        run(case[0], ["allocate", "reclaim", "preempt"])
+
+    contested()
 
 
 def _same_arrays(got: tuple | None, want: tuple | None) -> None:
@@ -188,10 +207,6 @@ def _same_arrays(got: tuple | None, want: tuple | None) -> None:
 def test_compiled_layout_is_the_reference(monkeypatch) -> None:
     """kai._fast.layout lays every simulation's participants and victims out in the very
     arrays the Python reference does, and refuses the same victims."""
-    from hypothesis import given
-
-    from tests._kai_cluster import run
-    from tests.test_eviction_properties import SETTINGS, clusters
 
     layout = _fast.module("layout")
     compiled_lay_out, compiled_victims = layout.lay_out, layout.victims
@@ -238,15 +253,7 @@ def test_compiled_layout_is_the_reference(monkeypatch) -> None:
 
     monkeypatch.setattr(layout, "gather", gather)
     monkeypatch.setattr(layout, "pack_victims", pack_victims)
-    for seed in SEEDS:
-        _session(_random(seed), actions=ACTIONS)
-
-    @SETTINGS
-    @given(clusters(contested=True))
-    def contested(case) -> None:
-        run(case[0], ["allocate", "reclaim", "preempt"])
-
-    contested()
+    _generated_and_contested_sessions()
     assert seen["layouts"] > 100 and seen["victims"] > 100 and seen["refused"] > 0, seen
     assert seen["gathered"] > 100 and seen["gathered whole"] > 0 and seen["packed"] > 100, seen
 
@@ -263,10 +270,6 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
     probe) holds the very arrays, and so gets the verdict, of the scenario laid out whole
     from its victims; scenarios it does not take (a job's two victim groups, the
     preemptor's own pods) are laid out whole."""
-    from hypothesis import given
-
-    from tests._kai_cluster import run
-    from tests.test_eviction_properties import SETTINGS, clusters
 
     seen: Counter = Counter()
     original = ReplacementCheck._probe_arrays
@@ -301,15 +304,7 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
         return got
 
     monkeypatch.setattr(ReplacementCheck, "_probe_arrays", both)
-    for seed in SEEDS:
-        _session(_random(seed), actions=ACTIONS)
-
-    @SETTINGS
-    @given(clusters(contested=True))
-    def contested(case) -> None:
-        run(case[0], ["allocate", "reclaim", "preempt"])
-
-    contested()
+    _generated_and_contested_sessions()
     # One batch and several, with recorded victims and without, each exercised.
     for key in [(0, True), (1, False), (2, False), (1, True), (2, True)]:
         assert seen[key] > 0, seen

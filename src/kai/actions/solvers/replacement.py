@@ -322,31 +322,17 @@ class ReplacementCheck:
         return cls(ssn, picker, proportion, queues)
 
     # ------------------------------------------------------------------ the check
-    def preemptor_placed(
-        self,
-        victims: list[Task],
-        victim_jobs: list[Job],
-        preemptor: Job,
-        pending: list[Task],
-        within: np.ndarray,
-    ) -> bool | None:
-        """Whether a simulation that evicts ``victims`` (of ``victim_jobs``) places the
-        ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``;
-        None when the compiled re-placement does not take it.  The session is only read.
-        """
-        if self._skipped():
-            return None
-        return self._placed(victims, victim_jobs, preemptor, pending, within)
-
     def scenario_placed(self, scenario: Scenario, feasible: np.ndarray) -> bool | None:
-        """:meth:`preemptor_placed` for the simulation of ``scenario`` on the nodes
-        ``feasible`` and its victims' nodes.
+        """Whether the simulation of ``scenario``, on the nodes ``feasible`` and its
+        victims' nodes, places the preemptor's pending pods whole in their turn; None
+        when the compiled re-placement does not take it (or sits it out: see
+        ``CREDIT_START``).  The session is only read.
 
         The scenarios of one probe share the preemptor's view and the recorded victims,
         and most are made of batches that earlier ones had: each is laid out once per
         probe (:class:`_ProbeLayout`) and a scenario is only put together from them.  A
         scenario with two victim groups of one job, or with the preemptor's own pods
-        among its victims, is laid out whole, as :meth:`preemptor_placed` does.
+        among its victims, is laid out whole (:meth:`_placed`).
         """
         if self._skipped():
             return None
@@ -381,6 +367,10 @@ class ReplacementCheck:
         pending: list[Task],
         within: np.ndarray,
     ) -> bool | None:
+        """Whether a simulation that evicts ``victims`` (of ``victim_jobs``) places the
+        ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``;
+        None when the compiled re-placement does not take it.  The session is only read.
+        """
         pool = self.ssn.cache.get(POOL_KEY)
         if not isinstance(pool, PendingPool):
             return None
@@ -518,7 +508,7 @@ class ReplacementCheck:
 
     def account(self, placed: bool) -> None:
         """A simulation placed its preemptor or not (see ``CREDIT_START``): told by
-        :meth:`preemptor_placed`, and by the simulation for the ones it did not decide."""
+        :meth:`scenario_placed`, and by the simulation for the ones it did not decide."""
         if placed:
             self._credit -= 1
         else:
