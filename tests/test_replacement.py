@@ -279,10 +279,7 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
             got = original(self, scenario, feasible, base)
         except replacement._Unsupported:
             got = "refused"
-        victims = scenario.victim_tasks()
-        within = feasible.copy()
-        within[[t.node for t in victims]] = True
-        jobs = list(dict.fromkeys(t.job for t in victims))
+        victims, within, jobs = scenario.victims_within(feasible)
         try:
             evicted = self._victims(victims)
             preemptor, pending = scenario.preemptor, scenario.pending

@@ -32,7 +32,14 @@ from kai import _fast
 from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import NodePicker
 from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
-from kai.actions.solvers.scenario import COUNT_SLACK, Scenario, VictimBatch
+from kai.actions.solvers.scenario import (
+    COUNT_SLACK,
+    Scenario,
+    StateStamp,
+    VictimBatch,
+    same_state,
+    state_stamp,
+)
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
 from kai.api.resources import GPU
@@ -204,9 +211,9 @@ class _ProbeLayout:
     victims, laid out once (:meth:`ReplacementCheck._probe_arrays`).
 
     A probe's scenarios are simulated on one session state (each simulation is undone
-    before the next), so what is laid out holds while the node table's version, the
-    queues' versions and the pool's stand-ins stay the same: ``stamp``.  The batches
-    are laid out once per such state, for all the probes that share it.
+    before the next), so what is laid out holds while that state's ``stamp`` and the
+    pool's stand-ins stay the same.  The batches are laid out apart, for every probe
+    (:class:`_Slot`).
     """
 
     __slots__ = (
@@ -229,7 +236,7 @@ class _ProbeLayout:
         scenario: Scenario,
         feasible: np.ndarray,
         base: _Base,
-        stamp: tuple[object, int, int],
+        stamp: StateStamp,
     ) -> None:
         self.preemptor = scenario.preemptor
         self.pending = scenario.pending
@@ -244,15 +251,16 @@ class _ProbeLayout:
         self.recorded_jobs: set[Job] = set()
         self.recorded_packed: np.ndarray | None = None  # the recorded victims (pack_victims)
 
-    def serves(self, scenario: Scenario, feasible: np.ndarray, base: _Base, stamp: tuple) -> bool:
+    def serves(
+        self, scenario: Scenario, feasible: np.ndarray, base: _Base, stamp: StateStamp
+    ) -> bool:
         return (
             scenario.preemptor is self.preemptor
             and scenario.pending is self.pending
             and scenario.recorded is self.recorded
             and feasible is self.feasible
             and base is self.base
-            and stamp[0] is self.stamp[0]
-            and stamp[1:] == self.stamp[1:]
+            and same_state(stamp, self.stamp)
         )
 
 
@@ -287,8 +295,8 @@ class ReplacementCheck:
         # The queues' allocations, for one version of the node table.
         self._allocations: tuple[Any, int, np.ndarray, np.ndarray] | None = None
         # The probe whose scenarios are being simulated, laid out (_probe_arrays), and
-        # the batches laid out for the probes of one session state (by id: each slot
-        # keeps its batch alive), with that state's stamp.
+        # the batches laid out for every probe (by id: each slot keeps its batch
+        # alive), for the pool's stand-ins of ``_slots_base``.
         self._probe: _ProbeLayout | None = None
         self._slots: dict[int, object] = {}
         self._slots_base: _Base | None = None
@@ -345,10 +353,7 @@ class ReplacementCheck:
         except _Unsupported:
             return None
         if arrays is None:
-            victims = scenario.victim_tasks()
-            within = feasible.copy()
-            within[[task.node for task in victims]] = True
-            victim_jobs = list(dict.fromkeys(task.job for task in victims))
+            victims, within, victim_jobs = scenario.victims_within(feasible)
             return self._placed(victims, victim_jobs, scenario.preemptor, scenario.pending, within)
         return self._decide(arrays)
 
@@ -396,8 +401,7 @@ class ReplacementCheck:
         :meth:`_victims` give: the recorded victims' jobs, then each batch's job in the
         scenario's order, then the preemptor's view; the victims in the same order."""
         ssn = self.ssn
-        nodes = ssn.nodes
-        stamp = (nodes, nodes.version, sum(ssn.queue_versions.values()))
+        stamp = state_stamp(ssn)
         probe = self._probe
         if probe is None or not probe.serves(scenario, feasible, base, stamp):
             probe = self._probe = self._lay_out_probe(scenario, feasible, base, stamp)
@@ -421,7 +425,7 @@ class ReplacementCheck:
             probe.view,
             probe.view_at,
             feasible,
-            nodes.idle.shape[1],
+            ssn.nodes.idle.shape[1],
             _WHOLE,
             _REFUSED,
         )
@@ -429,19 +433,13 @@ class ReplacementCheck:
             raise _Unsupported
         if got is None:
             return None
-        parts, skipped, v_req, v_qvec, v_node, v_leaf, v_np, within = got
+        parts, skipped, *evicted, within = got
         arrays = self._arrays(parts, skipped, within, base)
-        arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = (
-            v_req,
-            v_qvec,
-            v_node,
-            v_leaf,
-            v_np,
-        )
+        arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
         return arrays
 
     def _lay_out_probe(
-        self, scenario: Scenario, feasible: np.ndarray, base: _Base, stamp: tuple[object, int, int]
+        self, scenario: Scenario, feasible: np.ndarray, base: _Base, stamp: StateStamp
     ) -> _ProbeLayout:
         """The probe of ``scenario``: its preemptor's view and its recorded victims."""
         probe = _ProbeLayout(scenario, feasible, base, stamp)

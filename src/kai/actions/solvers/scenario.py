@@ -74,6 +74,14 @@ class Scenario:
                     out.append(task)
         return out
 
+    def victims_within(self, feasible: np.ndarray) -> tuple[list[Task], np.ndarray, list[Job]]:
+        """The scenario's victims (:meth:`victim_tasks`), the nodes its simulation may
+        use (``feasible`` and the victims'), and the victims' jobs in order."""
+        victims = self.victim_tasks()
+        within = feasible.copy()
+        within[[task.node for task in victims]] = True
+        return victims, within, list(dict.fromkeys(task.job for task in victims))
+
     def fingerprint(self, pending_key: frozenset[str] | None = None) -> Fingerprint:
         """Preemptor, pending tasks and victims (equal exactly for equal scenarios);
         ``pending_key`` is :func:`pending_key` of ``self.pending`` when known."""
@@ -696,8 +704,8 @@ def accumulate(
     key = (tuple(pending), tuple(recorded))
     kept = _kept_accumulations(ssn, candidates)
     earlier = kept.get(key)
-    stamp = _state_stamp(ssn)
-    if earlier is not None and earlier.stamp[0] is stamp[0] and earlier.stamp[1:] == stamp[1:]:
+    stamp = state_stamp(ssn)
+    if earlier is not None and same_state(earlier.stamp, stamp):
         yield from earlier.replay(ssn, pending, recorded)
         return
     trace = _Accumulation(stamp)
@@ -705,7 +713,7 @@ def accumulate(
     for last in _accumulate(ssn, candidates, pending, recorded):
         trace.yields.append(len(last.batches))
         yield last
-    if _state_stamp(ssn)[1:] != stamp[1:]:
+    if not same_state(state_stamp(ssn), stamp):
         return  # a simulation changed statuses (and changed them back) meanwhile
     if last is not None:
         trace.batches = last.batches  # no longer added to
@@ -715,11 +723,11 @@ def accumulate(
 class _Accumulation:
     """An accumulation read to its end: the batches it added, in order, and how many
     it had added at each state it yielded; valid while the session state is the one
-    of ``stamp`` (:func:`_state_stamp`)."""
+    of ``stamp`` (:func:`state_stamp`)."""
 
     __slots__ = ("stamp", "batches", "yields")
 
-    def __init__(self, stamp: tuple[object, int, int]) -> None:
+    def __init__(self, stamp: StateStamp) -> None:
         self.stamp = stamp
         self.batches: list[VictimBatch] = []
         self.yields: list[int] = []
@@ -738,11 +746,21 @@ class _Accumulation:
             yield state
 
 
-def _state_stamp(ssn: Session) -> tuple[object, int, int]:
+#: A session state's stamp (:func:`state_stamp`).
+StateStamp = tuple[object, int, int]
+
+
+def state_stamp(ssn: Session) -> StateStamp:
     """Changes whenever a pod changes status (its node table's rows and its queues'
-    versions move with it)."""
+    versions move with it): what a search keeps across its simulations holds while
+    the stamp is the same (:func:`same_state`)."""
     nodes = ssn.nodes
     return (nodes, nodes.version, sum(ssn.queue_versions.values()))
+
+
+def same_state(a: StateStamp, b: StateStamp) -> bool:
+    """Whether two stamps are of one session state: the same node table, versions."""
+    return a[0] is b[0] and a[1:] == b[1:]
 
 
 def _kept_accumulations(

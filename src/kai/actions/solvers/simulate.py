@@ -154,11 +154,8 @@ def simulate(
         compiled = check.scenario_placed(scenario, feasible)
         if compiled is False and not check.verify:
             return Simulation(False)
-    victims = scenario.victim_tasks()
+    victims, within, victim_jobs = scenario.victims_within(feasible)
     preemptor = scenario.preemptor
-    within = feasible.copy()
-    within[[task.node for task in victims]] = True
-    victim_jobs: list[Job] = list(dict.fromkeys(task.job for task in victims))
     stmt = ssn.statement()
     reason = eviction_reason(action, preemptor)
     for task in victims:
