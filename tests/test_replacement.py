@@ -34,15 +34,23 @@ SCENARIOS = [
 ]
 
 
+#: kai/simulation.hpp's outcome of a consolidation scenario that places its preemptor
+#: and leaves a victim without a place.
+VICTIM_LEFT = 2
+
+
 @pytest.fixture
 def verdicts(monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """The compiled verdicts given, counted."""
+    """The compiled verdicts given, counted; and, keyed ``("every victim", outcome)``,
+    the core's outcomes of the simulations that must place every victim again."""
     counts: Counter = Counter()
     original = ReplacementCheck._decide
 
     def counted(self, arrays):
         verdict = original(self, arrays)
         counts[verdict] += 1
+        if arrays.every_victim:
+            counts["every victim", self.picker.native.replace_victims(arrays)] += 1
         return verdict
 
     monkeypatch.setattr(ReplacementCheck, "_decide", counted)
@@ -70,8 +78,11 @@ def test_every_verdict_is_the_simulations(group_from: int, monkeypatch, verdicts
     monkeypatch.setenv(VERIFY_ENV, "1")
     for seed in SEEDS:
         _session(_random(seed), actions=ACTIONS)  # raises on a verdict that differs
-    # Both verdicts were given, and checked: the clusters exercise it.
+    # Both verdicts were given, and checked: the clusters exercise it.  Consolidation's
+    # scenarios were followed past the preemptor: some re-placed every victim, some
+    # left one without a place.
     assert verdicts[False] > 0 and verdicts[True] > 0, verdicts
+    assert verdicts["every victim", 1] > 0 and verdicts["every victim", VICTIM_LEFT] > 0, verdicts
 
 
 @pytest.mark.parametrize("seed", SEEDS[::4])
@@ -117,10 +128,10 @@ def test_bad_arrays_are_refused(monkeypatch) -> None:
     native, arrays = captured[0]
     arrays.t_evicted_from = np.full_like(arrays.t_evicted_from, len(arrays.within))
     with pytest.raises(ValueError, match="t_evicted_from out of range"):
-        native.replace_until_preemptor(arrays)
+        native.replace_victims(arrays)
     arrays.t_evicted_from = arrays.t_evicted_from[:0]
     with pytest.raises(ValueError, match="t_evicted_from: expected"):
-        native.replace_until_preemptor(arrays)
+        native.replace_victims(arrays)
 
 
 def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -> None:

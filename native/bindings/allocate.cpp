@@ -302,7 +302,7 @@ py::dict allocate_loop(const py::dict& d) {
 template <typename A>
 A sized(const py::object& o, const char* name, std::size_t expect) {
   A a = py::cast<A>(o.attr(name));
-  require_size(a, expect, "replace_until_preemptor", name);
+  require_size(a, expect, "replace_victims", name);
   return a;
 }
 
@@ -311,7 +311,7 @@ void in_range(const I64& a, i64 lo, i64 hi, const char* name) {
   const i64* v = a.data();
   for (py::ssize_t k = 0; k < a.size(); ++k) {
     if (v[k] < lo || v[k] >= hi) {
-      throw py::value_error(std::string("replace_until_preemptor: ") + name + " out of range");
+      throw py::value_error(std::string("replace_victims: ") + name + " out of range");
     }
   }
 }
@@ -321,7 +321,7 @@ void ascending(const I64& a, i64 end, const char* name) {
   const i64* v = a.data();
   for (py::ssize_t k = 0; k < a.size(); ++k) {
     if (v[k] < 0 || v[k] > end || (k > 0 && v[k] < v[k - 1])) {
-      throw py::value_error(std::string("replace_until_preemptor: ") + name + " not offsets");
+      throw py::value_error(std::string("replace_victims: ") + name + " not offsets");
     }
   }
 }
@@ -406,7 +406,7 @@ class NodePicker {
   }
 
   // kai/simulation.hpp: ``sim`` is a kai.actions.solvers.replacement.ReplacementArrays.
-  bool replace_until_preemptor(const py::object& sim) {
+  int replace_victims(const py::object& sim) {
     const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
     kai::alloc::Replacement r;
     const F64 idle = sized<F64>(sim, "idle", N * R), releasing = sized<F64>(sim, "releasing", N * R);
@@ -415,11 +415,12 @@ class NodePicker {
     r.P = py::cast<i64>(sim.attr("predicates"));
     const std::size_t per_mask = static_cast<std::size_t>(r.P) * N;
     if (r.P < 0 || (per_mask > 0 && static_cast<std::size_t>(masks.size()) % per_mask != 0)) {
-      throw py::value_error("replace_until_preemptor: masks");
+      throw py::value_error("replace_victims: masks");
     }
     const i64 K = per_mask > 0 ? static_cast<i64>(static_cast<std::size_t>(masks.size()) / per_mask) : 0;
     r.count_slack = py::cast<double>(sim.attr("count_slack"));
     r.alike_from = py::cast<i64>(sim.attr("alike_from"));
+    r.every_victim = py::cast<bool>(sim.attr("every_victim"));
     const F64 q_alloc = py::cast<F64>(sim.attr("q_alloc"));
     const auto Q = static_cast<std::size_t>(q_alloc.size()) / 3;
     r.Q = static_cast<i64>(Q);
@@ -476,7 +477,7 @@ class NodePicker {
     in_range(v_node, 0, n, "v_node");
     in_range(v_leaf, 0, q, "v_leaf");
     if (r.preemptor < 0 || r.preemptor >= static_cast<i64>(M)) {
-      throw py::value_error("replace_until_preemptor: preemptor");
+      throw py::value_error("replace_victims: preemptor");
     }
     r.idle = idle.data();
     r.releasing = releasing.data();
@@ -521,7 +522,7 @@ class NodePicker {
     r.v_leaf = v_leaf.data();
     r.v_np = v_np.data();
     py::gil_scoped_release release;
-    return kai::alloc::replace_until_preemptor(in_, r);
+    return static_cast<int>(kai::alloc::replace_victims(in_, r));
   }
 
  private:
@@ -545,9 +546,10 @@ void register_allocate(py::module_& m) {
       .def("pick", &NodePicker::pick, py::arg("idle"), py::arg("releasing"), py::arg("request"),
            py::arg("masks"), py::arg("nominated"), py::arg("portion"), py::arg("shared_idle"),
            py::arg("shared_any"), py::arg("within"))
-      .def("replace_until_preemptor", &NodePicker::replace_until_preemptor, py::arg("sim"),
-           "A simulation's re-placement up to the preemptor (kai/simulation.hpp): whether "
-           "the preemptor is placed whole in its turn.");
+      .def("replace_victims", &NodePicker::replace_victims, py::arg("sim"),
+           "A simulation's re-placement (kai/simulation.hpp): 0 the preemptor is not "
+           "placed whole in its turn, 1 it is (and every victim, if asked), 2 it is and a "
+           "victim is not, 3 undecided.");
 }
 
 }  // namespace kai::bind

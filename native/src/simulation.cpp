@@ -1,5 +1,4 @@
-// kai native core: a victim-search simulation's re-placement, up to the preemptor (see
-// kai/simulation.hpp).  Each step mirrors kai.actions.solvers.simulate and the code it
+// kai native core: a victim-search simulation's re-placement (see kai/simulation.hpp).  Each step mirrors kai.actions.solvers.simulate and the code it
 // calls, named where it happens; the floating-point operations are theirs, in their
 // order (kai.api.model.charge_rows for the node rows, the proportion plugin's charges
 // for the queues).
@@ -28,6 +27,7 @@ class Replacer {
     base_pos_.assign(s.base_start, s.base_start + s.Q);
     own_pos_.assign(s.own_start, s.own_start + s.Q);
     remaining_ = s.M;
+    popped_.assign(static_cast<std::size_t>(s.M), false);
     in_.T = 1;
     in_.S = 1;
     in_.P = s.P;
@@ -44,21 +44,51 @@ class Replacer {
   }
 
   // simulate(): pop the participants in queue order, re-place the victims' jobs, and
-  // stop at the preemptor.
-  bool run() {
+  // stop at the preemptor, or (``every_victim``) go on with the victims' jobs left.
+  Replaced run() {
     for (;;) {
       const i64 m = pop();
-      if (aborted) return true;  // the caller simulates it all
-      if (m < 0) return false;   // the preemptor never came
-      if (m == s_.preemptor) return place_preemptor();
+      if (aborted_) return Replaced::kUndecided;
+      if (m < 0) return Replaced::kPreemptorLeft;  // the preemptor never came
+      if (m == s_.preemptor) {
+        if (!place_preemptor()) return Replaced::kPreemptorLeft;
+        return s_.every_victim ? follow_victims() : Replaced::kPlaced;
+      }
       if (may_place(m)) allocate_job(m);
     }
   }
 
-  // A case the arrays cannot decide (a queue order tie left to queue names).
-  bool aborted = false;
-
  private:
+  // The rest of simulate()'s loop once the preemptor is placed: it stops when no job
+  // left may be placed (skipping them all would change nothing), as its GPU-room check
+  // does.
+  Replaced follow_victims() {
+    while (any_may_place()) {
+      const i64 m = pop();
+      if (aborted_) return Replaced::kUndecided;
+      if (m < 0) break;
+      if (may_place(m)) allocate_job(m);
+    }
+    return replaced_ == s_.V ? Replaced::kPlaced : Replaced::kVictimLeft;
+  }
+
+  bool any_may_place() {
+    const double most = most_free();
+    for (i64 m = 0; m < s_.M; ++m) {
+      const double need = s_.p_gpu_need[m];
+      if (!popped_[static_cast<std::size_t>(m)] && (need <= 0 || need <= most + s_.count_slack)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // A pod of the victims (evicted by the simulation), not a pending one.
+  bool victim(i64 t) const { return s_.t_evicted_from[t] >= 0 || s_.t_vacated_at[t] >= 0; }
+
+  // A case the arrays cannot decide (a queue order tie left to queue names).
+  bool aborted_ = false;
+
   const Replacement& s_;
   Input in_;  // the one-task input, its task fields set at each pick
   NodeChooser chooser_;
@@ -69,6 +99,8 @@ class Replacer {
   std::vector<i64> base_pos_, own_pos_;
   std::vector<i64> within_nodes_;  // the nodes the simulation may place on, ascending
   i64 remaining_ = 0;
+  std::vector<bool> popped_;  // [M]: the participants popped so far
+  i64 replaced_ = 0;          // the victims placed again
 
   // Statement.evict of each victim (running or bound: on idle capacity), in order: its
   // request releasing on its node, its queue's allocation down.
@@ -151,13 +183,13 @@ class Replacer {
 
   bool better(i64 l, i64 lj, i64 r, i64 rj) {
     const int order = queue_order(s_.rules, alloc_.data(), l, r, request_of(lj), request_of(rj));
-    if (order == 0) aborted = true;  // Session.queue_order would compare names
+    if (order == 0) aborted_ = true;  // Session.queue_order would compare names
     return order < 0;
   }
 
   // SimulationQueue.pop: the next participant (-1: none left).
   i64 pop() {
-    while (remaining_ > 0 && !aborted) {
+    while (remaining_ > 0 && !aborted_) {
       i64 live = -1, count = 0;
       for (i64 q = 0; q < s_.Q; ++q) {
         if (own_head(q) >= 0) {
@@ -170,6 +202,7 @@ class Replacer {
         const i64 m = own_head(live);
         own_pos_[static_cast<std::size_t>(live)] += 1;
         --remaining_;
+        popped_[static_cast<std::size_t>(m)] = true;
         return m;
       }
       i64 leaf, job;
@@ -177,6 +210,7 @@ class Replacer {
       const i64 h = pop_leaf(leaf);
       if (h >= 0) {
         --remaining_;
+        popped_[static_cast<std::size_t>(h)] = true;
         return h;
       }
       skip_alike(leaf, h);
@@ -201,14 +235,18 @@ class Replacer {
   // simulate._GpuRoom.may_place
   bool may_place(i64 m) {
     const double need = s_.p_gpu_need[m];
-    if (need <= 0) return true;
+    return need <= 0 || need <= most_free() + s_.count_slack;
+  }
+
+  // simulate._GpuRoom.most: the most idle + releasing GPUs of a node it may use.
+  double most_free() const {
     double most = -std::numeric_limits<double>::infinity();
     const i64 g = in_.gpu;
     for (const i64 n : within_nodes_) {
       const double free = idle_[n * R_ + g] + rel_[n * R_ + g];
       if (free > most) most = free;
     }
-    return need <= most + s_.count_slack;
+    return most;
   }
 
   // proportion.job_over_capacity of participant m's pods
@@ -366,6 +404,7 @@ class Replacer {
       }
       placed.emplace_back(n, place(m, t, n));
     }
+    for (i64 t = first(m); t < last(m); ++t) replaced_ += victim(t) ? 1 : 0;
   }
 
   // simulate.place_tasks for the preemptor: whole, or the simulation fails.
@@ -383,10 +422,9 @@ class Replacer {
 
 }  // namespace
 
-bool replace_until_preemptor(const Input& picker, const Replacement& sim) {
+Replaced replace_victims(const Input& picker, const Replacement& sim) {
   Replacer replacer(picker, sim);
-  const bool placed = replacer.run();
-  return placed || replacer.aborted;
+  return replacer.run();
 }
 
 }  // namespace kai::alloc

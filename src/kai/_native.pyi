@@ -105,7 +105,9 @@ class NodePicker:
         shared_any: ArrayLike,
         within: ArrayLike | None,
     ) -> tuple[int, bool]: ...
-    def replace_until_preemptor(self, sim: object) -> bool:
-        """A simulation's re-placement up to the preemptor (``sim``: a
-        kai.actions.solvers.replacement.ReplacementArrays)."""
+    def replace_victims(self, sim: object) -> int:
+        """A simulation's re-placement (``sim``: a
+        kai.actions.solvers.replacement.ReplacementArrays): 0 the preemptor is not
+        placed whole in its turn, 1 it is (and, with ``sim.every_victim``, every victim
+        too), 2 it is and a victim is not, 3 undecided."""
         ...

@@ -1,14 +1,16 @@
-// kai native core: a victim-search simulation's re-placement, up to the preemptor.
+// kai native core: a victim-search simulation's re-placement.
 //
 // kai.actions.solvers.simulate evicts a scenario's victims, then re-places the
 // victims' jobs and the preemptor (the part being probed) in queue order, every
 // placement a pipeline; the scenario fails at once if the preemptor cannot be placed
 // whole when its turn comes.  Most simulations of a busy cluster end that way: the
-// victims' queues come first and take their places back.  replace_until_preemptor()
-// evicts the victims and runs that re-placement on copies of the node matrices and queue
+// victims' queues come first and take their places back.  replace_victims() evicts the
+// victims and runs that re-placement on copies of the node matrices and queue
 // allocations, with the same queue order (kai/queue_policy.hpp), the same node choice
 // (select_node), the same statement arithmetic and the same skips, and says whether the
-// preemptor gets placed.  The caller's arrays are only read.
+// preemptor gets placed.  Asked to (consolidation, which loses no pod), it goes on to
+// the end of the queue and also says whether every victim found a place again.  The
+// caller's arrays are only read.
 //
 // The Python side (kai.actions.solvers.replacement) lays the simulation's queue out
 // in these arrays and takes this path only for what they describe: participants with
@@ -34,6 +36,9 @@ struct Replacement {
   // From this many pods to place, nodes are grouped per class of pods alike for the
   // node choice (NodeChooser::choose_alike: the same choices, cheaper when many).
   i64 alike_from = 0;
+  // Follow the re-placement past the preemptor, to tell whether a victim is left
+  // without a place (Replaced::kVictimLeft).
+  bool every_victim = false;
 
   // ---- queues (Q x 3), before the evictions
   i64 Q = 0;
@@ -86,9 +91,16 @@ struct Replacement {
   const i64* t_vacated_at = nullptr;
 };
 
-/// True when the preemptor is placed whole in its turn (then the caller simulates the
-/// scenario to its end), false when the simulation fails there.  ``picker`` is the
-/// session's one-task input (kai.actions.fast_allocate.NodePicker).
-bool replace_until_preemptor(const Input& picker, const Replacement& sim);
+/// What a simulation's re-placement found.
+enum class Replaced : int {
+  kPreemptorLeft = 0,  // the preemptor is not placed whole in its turn: the scenario fails
+  kPlaced = 1,         // the preemptor is placed (and, with ``every_victim``, every victim)
+  kVictimLeft = 2,     // with ``every_victim``: the preemptor is placed, a victim is not
+  kUndecided = 3,      // the arrays cannot tell (a queue order tie left to queue names)
+};
+
+/// The re-placement of ``sim``'s victims and preemptor.  ``picker`` is the session's
+/// one-task input (kai.actions.fast_allocate.NodePicker).
+Replaced replace_victims(const Input& picker, const Replacement& sim);
 
 }  // namespace kai::alloc

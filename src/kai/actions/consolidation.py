@@ -12,9 +12,10 @@ from itertools import islice
 
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
-from kai.actions.solvers.scenario import Scenario, gpu_need, node_gpu_capacity
+from kai.actions.solvers.scenario import gpu_need, node_gpu_capacity
+from kai.actions.solvers.simulate import every_victim_placed
 from kai.actions.solvers.victims import potential_victim
-from kai.api.model import Job, Task
+from kai.api.model import Job
 from kai.framework.session import Session, tasks_to_allocate
 
 
@@ -43,12 +44,6 @@ def consolidation(ssn: Session) -> None:
         )
         return list(islice(found, limit + 1))
 
-    def validator(preemptor: Job):
-        def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
-            return not preempted
-
-        return check
-
     run_eviction_action(
         ssn,
         "consolidation",
@@ -56,7 +51,7 @@ def consolidation(ssn: Session) -> None:
         precheck=enough_gpus,  # a job without enough GPUs in the cluster has failed
         accept=accept,
         candidates=candidates if limit >= 0 else None,
-        validator=validator,
+        validator=lambda preemptor: every_victim_placed,
         signatures_per_queue=False,
     )
 

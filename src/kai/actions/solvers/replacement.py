@@ -1,4 +1,4 @@
-"""A simulation's re-placement in the compiled core, up to the preemptor.
+"""A simulation's re-placement in the compiled core.
 
 :func:`kai.actions.solvers.simulate.simulate` evicts a scenario's victims, then
 re-places the victims' jobs and the preemptor in queue order.  On a busy cluster most
@@ -8,7 +8,9 @@ compiled core (``kai/simulation.hpp``) runs that re-placement on copies of the n
 matrices and queue allocations, with the same queue order, node choice, statement
 arithmetic and skips, and says whether the preemptor is placed whole.  When it is not,
 the simulation has failed and the Python loop is not run; when it is, the Python loop
-runs the scenario to its end (the statement, the validator).
+runs the scenario to its end (the statement, the validator).  For consolidation, whose
+validator refuses a scenario that leaves a victim without a place, the core follows the
+re-placement to its end and refuses those scenarios itself.
 
 :class:`ReplacementCheck` lays the simulation queue out in arrays for it, for what the
 compiled re-placement takes: the session's compiled node picker and proportion's queue
@@ -52,6 +54,9 @@ _BOUND_BEFORE = (TaskStatus.RUNNING, TaskStatus.BOUND)
 #: The request columns of a queue vector, as the layouts take them.
 _COLUMNS = tuple(int(c) for c in QUEUE_COLUMNS)
 
+#: kai/simulation.hpp's ``Replaced`` outcomes that are not a refusal.
+_PLACED, _UNDECIDED = 1, 3
+
 #: Where a session keeps its check (``ssn.cache``).
 CHECK_KEY = "solver.replacement_check"
 
@@ -63,12 +68,13 @@ VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 #: cheaper than scoring every node at each pick once the groups are made.
 GROUP_NODES_FROM = 48
 
-#: The check pays only where simulations fail at the preemptor: where it says "placed"
-#: the Python loop runs anyway.  A session keeps a credit: each simulation that does not
-#: place the preemptor adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each that does takes
-#: one, whether the check or the Python loop found it; with none left the check is
-#: asked only once per ``PROBE_EVERY`` simulations.  (Its verdict is the simulation's
-#: outcome either way: this changes speed.)
+#: The check pays only where it refuses simulations: where it says "placed" the Python
+#: loop runs anyway.  A session keeps a credit: each simulation the check refuses (or
+#: would have: the preemptor not placed, or for consolidation a victim left without a
+#: place) adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each other takes one, whether the
+#: check or the Python loop found it; with none left the check is asked only once per
+#: ``PROBE_EVERY`` simulations.  (Its verdict is the simulation's outcome either way:
+#: this changes speed.)
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
@@ -123,6 +129,7 @@ class ReplacementArrays:
     v_node: np.ndarray | None = None
     v_leaf: np.ndarray | None = None
     v_np: np.ndarray | None = None  # [V] bool: the victim's job is non-preemptible
+    every_victim: bool = False  # also tell whether every victim is placed again
 
 
 class _Unsupported(Exception):
@@ -330,11 +337,14 @@ class ReplacementCheck:
         return cls(ssn, picker, proportion, queues)
 
     # ------------------------------------------------------------------ the check
-    def scenario_placed(self, scenario: Scenario, feasible: np.ndarray) -> bool | None:
+    def scenario_placed(
+        self, scenario: Scenario, feasible: np.ndarray, *, every_victim: bool = False
+    ) -> bool | None:
         """Whether the simulation of ``scenario``, on the nodes ``feasible`` and its
-        victims' nodes, places the preemptor's pending pods whole in their turn; None
-        when the compiled re-placement does not take it (or sits it out: see
-        ``CREDIT_START``).  The session is only read.
+        victims' nodes, places the preemptor's pending pods whole in their turn (and,
+        with ``every_victim``, every victim again by its end); None when the compiled
+        re-placement does not take it (or sits it out: see ``CREDIT_START``).  The
+        session is only read.
 
         The scenarios of one probe share the preemptor's view and the recorded victims,
         and most are made of batches that earlier ones had: each is laid out once per
@@ -354,7 +364,10 @@ class ReplacementCheck:
             return None
         if arrays is None:
             victims, within, victim_jobs = scenario.victims_within(feasible)
-            return self._placed(victims, victim_jobs, scenario.preemptor, scenario.pending, within)
+            return self._placed(
+                victims, victim_jobs, scenario.preemptor, scenario.pending, within, every_victim
+            )
+        arrays.every_victim = every_victim
         return self._decide(arrays)
 
     def _skipped(self) -> bool:
@@ -371,10 +384,12 @@ class ReplacementCheck:
         preemptor: Job,
         pending: list[Task],
         within: np.ndarray,
+        every_victim: bool = False,
     ) -> bool | None:
         """Whether a simulation that evicts ``victims`` (of ``victim_jobs``) places the
-        ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``;
-        None when the compiled re-placement does not take it.  The session is only read.
+        ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``
+        (and, with ``every_victim``, every victim again); None when the compiled
+        re-placement does not take it.  The session is only read.
         """
         pool = self.ssn.cache.get(POOL_KEY)
         if not isinstance(pool, PendingPool):
@@ -386,10 +401,14 @@ class ReplacementCheck:
         except _Unsupported:
             return None
         arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
+        arrays.every_victim = every_victim
         return self._decide(arrays)
 
-    def _decide(self, arrays: ReplacementArrays) -> bool:
-        placed = bool(self.picker.native.replace_until_preemptor(arrays))
+    def _decide(self, arrays: ReplacementArrays) -> bool | None:
+        outcome = self.picker.native.replace_victims(arrays)
+        if outcome == _UNDECIDED:
+            return None
+        placed = outcome == _PLACED
         self.account(placed)
         return placed
 
@@ -505,7 +524,7 @@ class ReplacementCheck:
         return part
 
     def account(self, placed: bool) -> None:
-        """A simulation placed its preemptor or not (see ``CREDIT_START``): told by
+        """A simulation passed the check or not (see ``CREDIT_START``): told by
         :meth:`scenario_placed`, and by the simulation for the ones it did not decide."""
         if placed:
             self._credit -= 1

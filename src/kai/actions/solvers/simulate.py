@@ -117,19 +117,27 @@ def _least_gpu_need(jobs: list[Job]) -> float:
     return least
 
 
+def every_victim_placed(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
+    """The validator of a scenario that may lose no pod (consolidation's): every victim
+    placed again.  :func:`simulate` lets the compiled re-placement check it too."""
+    return not preempted
+
+
 def _verify(
-    check: ReplacementCheck | None, compiled: bool | None, placed: bool, scenario: Scenario
+    check: ReplacementCheck | None, compiled: bool | None, passed: bool, scenario: Scenario
 ) -> None:
-    """Whether the preemptor was placed, told to the check when it did not decide;
-    under ``KAI_VERIFY_REPLACEMENT=1``, that the compiled re-placement said the same."""
+    """Whether the simulation passed what the check checks (the preemptor placed, and
+    every victim with :func:`every_victim_placed`), told to the check when it did not
+    decide; under ``KAI_VERIFY_REPLACEMENT=1``, that the compiled re-placement said the
+    same."""
     if compiled is None:
         if check is not None:
-            check.account(placed)
+            check.account(passed)
         return
-    if compiled != placed:
+    if compiled != passed:
         raise AssertionError(
-            f"compiled re-placement said the preemptor is {'' if compiled else 'not '}placed, "
-            f"the simulation {'placed' if placed else 'did not place'} it: {scenario!r}"
+            f"compiled re-placement said the scenario {'passes' if compiled else 'fails'}, "
+            f"the simulation {'placed' if passed else 'did not place'} it: {scenario!r}"
         )
 
 
@@ -150,8 +158,9 @@ def simulate(
     # without the statement and the loop below (kai.actions.solvers.replacement).
     check = ReplacementCheck.for_session(ssn)
     compiled = None
+    every_victim = validator is every_victim_placed
     if check is not None:
-        compiled = check.scenario_placed(scenario, feasible)
+        compiled = check.scenario_placed(scenario, feasible, every_victim=every_victim)
         if compiled is False and not check.verify:
             return Simulation(False)
     victims, within, victim_jobs = scenario.victims_within(feasible)
@@ -175,8 +184,8 @@ def simulate(
             break
         if job is view:
             placed = place_tasks(ssn, stmt, job, scenario.pending, within)
-            _verify(check, compiled, placed, scenario)
             if not placed:
+                _verify(check, compiled, placed, scenario)
                 stmt.discard()
                 return Simulation(False)
         elif room.may_place(job):
@@ -196,6 +205,7 @@ def simulate(
     # validators and recorded victims count them.
     preempted = [t for t in victims if t.status in _EVICTED]
     moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
+    _verify(check, compiled, not (every_victim and preempted), scenario)
     if not validator(scenario, preempted, moved):
         stmt.discard()
         return Simulation(False)
