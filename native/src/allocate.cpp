@@ -906,7 +906,9 @@ class Loop {
     i64 last_used = 0;
     std::unordered_map<ScoreInputs, std::set<i64>, InputsHash, InputsEq> groups;
     std::map<double, i64> free_counts;  // binpack: free amounts of grouped nodes with capacity
-    std::vector<ScoreInputs> inputs;
+    // [N]: a grouped node's score inputs (read only where ``grouped``: left uninitialised,
+    // as most nodes of a simulation's picks are outside its nodes).
+    std::unique_ptr<ScoreInputs[]> inputs;
     std::vector<char> grouped, dirty_mark;
     std::vector<i64> dirty;
   };
@@ -965,11 +967,14 @@ class Loop {
     const auto N = static_cast<std::size_t>(in_.N);
     auto cg = std::make_unique<ClassGroups>();
     cg->binpack = binpack_input(t);
-    cg->inputs.resize(N);
+    cg->inputs.reset(new ScoreInputs[N]);
     cg->grouped.assign(N, 0);
     cg->dirty_mark.assign(N, 0);
-    for (i64 n = 0; n < in_.N; ++n) {
-      group_insert(*cg, t, n);
+    // The nodes the choice may use (all, or the listed ones: the others group nowhere).
+    const i64* listed = in_.within_nodes;
+    const i64 count = listed != nullptr ? in_.within_count : in_.N;
+    for (i64 i = 0; i < count; ++i) {
+      group_insert(*cg, t, listed != nullptr ? listed[i] : i);
       if (cg->groups.size() > N / 4 + 8) return nullptr;
     }
     cg->cls = class_;
