@@ -137,7 +137,7 @@ def _verify(
     if compiled != passed:
         raise AssertionError(
             f"compiled re-placement said the scenario {'passes' if compiled else 'fails'}, "
-            f"the simulation {'placed' if passed else 'did not place'} it: {scenario!r}"
+            f"the simulation that it {'passes' if passed else 'fails'}: {scenario!r}"
         )
 
 
