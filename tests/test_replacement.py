@@ -46,8 +46,8 @@ def verdicts(monkeypatch: pytest.MonkeyPatch) -> Counter:
     counts: Counter = Counter()
     original = ReplacementCheck._decide
 
-    def counted(self, arrays):
-        verdict = original(self, arrays)
+    def counted(self, arrays, every_victim):
+        verdict = original(self, arrays, every_victim)
         counts[verdict] += 1
         if arrays.every_victim:
             counts["every victim", self.picker.native.replace_victims(arrays)] += 1
@@ -290,11 +290,8 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
             got = original(self, scenario, feasible, base)
         except replacement._Unsupported:
             got = "refused"
-        victims, within, jobs = scenario.victims_within(feasible)
         try:
-            evicted = self._victims(victims)
-            preemptor, pending = scenario.preemptor, scenario.pending
-            want = self._as_evicted(victims, jobs, preemptor, pending, within, base)
+            want = self._whole_arrays(scenario, feasible, base)
         except replacement._Unsupported:
             want = "refused"
         if got is None:
@@ -303,7 +300,6 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
             assert got == want
             seen["refused"] += 1
         else:
-            want.v_req, want.v_qvec, want.v_node, want.v_leaf, want.v_np = evicted
             for name, value in vars(want).items():
                 _same_arrays((getattr(got, name),), (value,))
             seen[min(len(scenario.batches), 2), bool(scenario.recorded)] += 1

@@ -350,7 +350,7 @@ class ReplacementCheck:
         and most are made of batches that earlier ones had: each is laid out once per
         probe (:class:`_ProbeLayout`) and a scenario is only put together from them.  A
         scenario with two victim groups of one job, or with the preemptor's own pods
-        among its victims, is laid out whole (:meth:`_placed`).
+        among its victims, is laid out whole (:meth:`_whole_arrays`).
         """
         if self._skipped():
             return None
@@ -360,15 +360,11 @@ class ReplacementCheck:
         try:
             base = self._base_of(pool)
             arrays = self._probe_arrays(scenario, feasible, base)
+            if arrays is None:
+                arrays = self._whole_arrays(scenario, feasible, base)
         except _Unsupported:
             return None
-        if arrays is None:
-            victims, within, victim_jobs = scenario.victims_within(feasible)
-            return self._placed(
-                victims, victim_jobs, scenario.preemptor, scenario.pending, within, every_victim
-            )
-        arrays.every_victim = every_victim
-        return self._decide(arrays)
+        return self._decide(arrays, every_victim)
 
     def _skipped(self) -> bool:
         """Whether the check sits this simulation out (see ``CREDIT_START``)."""
@@ -377,34 +373,24 @@ class ReplacementCheck:
             return bool(self._passed % PROBE_EVERY)
         return False
 
-    def _placed(
-        self,
-        victims: list[Task],
-        victim_jobs: list[Job],
-        preemptor: Job,
-        pending: list[Task],
-        within: np.ndarray,
-        every_victim: bool = False,
-    ) -> bool | None:
-        """Whether a simulation that evicts ``victims`` (of ``victim_jobs``) places the
-        ``pending`` tasks of ``preemptor`` whole in their turn, on the nodes ``within``
-        (and, with ``every_victim``, every victim again); None when the compiled
-        re-placement does not take it.  The session is only read.
-        """
-        pool = self.ssn.cache.get(POOL_KEY)
-        if not isinstance(pool, PendingPool):
-            return None
-        try:
-            evicted = self._victims(victims)
-            base = self._base_of(pool)
-            arrays = self._as_evicted(victims, victim_jobs, preemptor, pending, within, base)
-        except _Unsupported:
-            return None
+    def _whole_arrays(
+        self, scenario: Scenario, feasible: np.ndarray, base: _Base
+    ) -> ReplacementArrays:
+        """The arrays of ``scenario``'s simulation laid out whole: its victims
+        (:meth:`_victims`) and their jobs and the preemptor as they leave them
+        (:meth:`_as_evicted`)."""
+        victims, within, victim_jobs = scenario.victims_within(feasible)
+        evicted = self._victims(victims)
+        arrays = self._as_evicted(
+            victims, victim_jobs, scenario.preemptor, scenario.pending, within, base
+        )
         arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
-        arrays.every_victim = every_victim
-        return self._decide(arrays)
+        return arrays
 
-    def _decide(self, arrays: ReplacementArrays) -> bool | None:
+    def _decide(self, arrays: ReplacementArrays, every_victim: bool) -> bool | None:
+        """The compiled re-placement's verdict on ``arrays`` (``every_victim``: see
+        :meth:`scenario_placed`), told to the credit; None when it is undecided."""
+        arrays.every_victim = every_victim
         outcome = self.picker.native.replace_victims(arrays)
         if outcome == _UNDECIDED:
             return None
