@@ -98,6 +98,47 @@ def test_pipeline_back_onto_the_same_node_unevicts():
     assert stmt.commit() == []  # an eviction undone in the statement never leaves it
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_statement_finds_each_pods_standing_eviction_through_any_rollback(seed: int):
+    """Evictions, moves, un-evictions (a pod put back on its node) and rollbacks in a
+    random order: the eviction a statement finds for each pod is the latest of its
+    operations that evicts it and is not undone."""
+    rng = np.random.default_rng(seed)
+    objs = [node(f"n{i}", gpus=4) for i in range(3)] + [queue("q")]
+    objs += [pod(f"p{i}", gpus=1, queue="q", node=f"n{i % 3}") for i in range(6)]
+    ssn = session(objs)
+    tasks = [job.tasks[0] for job in ssn.jobs.values()]
+    stmt = ssn.statement()
+    checkpoints: list[int] = []
+    unevicted = rolled_back = 0
+    for _ in range(200):
+        task = tasks[rng.integers(len(tasks))]
+        step = rng.integers(4)
+        if step == 0 and task.status is TaskStatus.RUNNING:
+            stmt.evict(task, "try")
+        elif step == 1 and task.status is TaskStatus.RELEASING:
+            stmt.pipeline(task, int(rng.integers(3)))  # back on its node: un-evicted
+            unevicted += stmt.ops[-1].kind == "unevict"
+        elif step == 2:
+            checkpoints.append(stmt.checkpoint())
+        elif step == 3 and checkpoints:
+            before = len(stmt.ops)
+            stmt.rollback(checkpoints.pop(rng.integers(len(checkpoints))))
+            rolled_back += len(stmt.ops) < before
+            checkpoints = [c for c in checkpoints if c <= stmt.checkpoint()]
+        for each in tasks:
+            found = next(
+                (
+                    op
+                    for op in reversed(stmt.ops)
+                    if op.task is each and op.kind == "evict" and not op.undone
+                ),
+                None,
+            )
+            assert stmt._eviction_of(each) is found
+    assert unevicted > 0 and rolled_back > 0, (unevicted, rolled_back)  # the mix is exercised
+
+
 def test_a_moved_pod_evicted_again_and_put_back_where_it_runs_returns_where_it_was_moved():
     ssn = session(
         [node("n1", gpus=2), node("n2", gpus=2), queue("q"), pod("b", gpus=1, queue="q", node="n1")]

@@ -76,6 +76,9 @@ class Statement:
     def __init__(self, ssn: Session) -> None:
         self.ssn = ssn
         self.ops: list[_Op] = []
+        # Each task's standing evictions (evict ops not undone), in the order of ``ops``:
+        # what _eviction_of finds without scanning the operations.
+        self._standing: dict[Task, list[_Op]] = {}
 
     # ----------------------------------------------------------------- helpers
     def _detach(self, task: Task) -> None:
@@ -192,7 +195,8 @@ class Statement:
         if task.status in _PLACED_BY_SESSION:
             self._unplace(task, reason)
             return
-        self._record("evict", task, reason)
+        op = self._record("evict", task, reason)
+        self._standing.setdefault(task, []).append(op)
         self._detach(task)
         task.status = TaskStatus.RELEASING
         task.virtually_evicted = True
@@ -242,6 +246,8 @@ class Statement:
         """Record that ``op`` (an eviction, just undone) is undone by an ``unevict`` op."""
         task = op.task
         op.undone = True
+        if op.kind == "evict":
+            self._standing[task].pop()  # the latest standing one: _eviction_of's
         self.ops.append(
             _Op(
                 "unevict",
@@ -255,19 +261,21 @@ class Statement:
         )
 
     def _eviction_of(self, task: Task) -> _Op | None:
-        """This statement's standing eviction of ``task``, if any."""
-        for op in reversed(self.ops):
-            if op.task is task and op.kind == "evict" and not op.undone:
-                return op
-        return None
+        """This statement's latest standing eviction of ``task``, if any."""
+        standing = self._standing.get(task)
+        return standing[-1] if standing else None
 
     # ------------------------------------------------------------ transactions
     def checkpoint(self) -> int:
         return len(self.ops)
 
     def rollback(self, checkpoint: int) -> None:
-        while len(self.ops) > checkpoint:
-            self._undo(self.ops.pop())
+        ops = self.ops
+        while len(ops) > checkpoint:
+            op = ops.pop()
+            if op.kind == "evict" and not op.undone:
+                self._standing[op.task].pop()  # the last op: the latest standing one
+            self._undo(op)
 
     def discard(self) -> None:
         self.rollback(0)
@@ -277,6 +285,9 @@ class Statement:
         if op.kind == "unevict":
             assert op.ref is not None
             op.ref.undone = False
+            if op.ref.kind == "evict":
+                # Standing again, and the latest: the ops after this one are undone.
+                self._standing[task].append(op.ref)
             if op.ref.kind == "unplace":
                 self._apply_unplace(op.ref)
                 return
@@ -367,6 +378,7 @@ class Statement:
         withdrawn.update(withdrawing)
         ssn.decisions.extend(out)
         self.ops = []
+        self._standing = {}
         return out
 
 
