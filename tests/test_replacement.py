@@ -37,20 +37,25 @@ SCENARIOS = [
 #: kai/simulation.hpp's outcome of a consolidation scenario that places its preemptor
 #: and leaves a victim without a place.
 VICTIM_LEFT = 2
+#: kai/simulation.hpp's step that rolls a gang back.
+ROLLBACK = 2
 
 
 @pytest.fixture
 def verdicts(monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """The compiled verdicts given, counted; and, keyed ``("every victim", outcome)``,
-    the core's outcomes of the simulations that must place every victim again."""
+    """The compiled verdicts given, counted; keyed ``("every victim", outcome)``, the
+    core's outcomes of the simulations that must place every victim again; and keyed
+    ``"gang rolled back"``, placed verdicts whose steps roll a gang back."""
     counts: Counter = Counter()
     original = ReplacementCheck._decide
 
     def counted(self, arrays, every_victim):
         verdict = original(self, arrays, every_victim)
-        counts[verdict] += 1
+        counts[verdict.placed] += 1
+        if verdict.steps is not None and (verdict.steps[:, 0] == ROLLBACK).any():
+            counts["gang rolled back"] += 1
         if arrays.every_victim:
-            counts["every victim", self.picker.native.replace_victims(arrays)] += 1
+            counts["every victim", self.picker.native.replace_victims(arrays)[0]] += 1
         return verdict
 
     monkeypatch.setattr(ReplacementCheck, "_decide", counted)
@@ -78,10 +83,12 @@ def test_every_verdict_is_the_simulations(group_from: int, monkeypatch, verdicts
     monkeypatch.setenv(VERIFY_ENV, "1")
     for seed in SEEDS:
         _session(_random(seed), actions=ACTIONS)  # raises on a verdict that differs
-    # Both verdicts were given, and checked: the clusters exercise it.  Consolidation's
-    # scenarios were followed past the preemptor: some re-placed every victim, some
-    # left one without a place.
+    # Both verdicts were given, and checked (a placed one: the statement its steps make
+    # is the loop's, gangs rolled back included): the clusters exercise it.
+    # Consolidation's scenarios were followed past the preemptor: some re-placed every
+    # victim, some left one without a place.
     assert verdicts[False] > 0 and verdicts[True] > 0, verdicts
+    assert verdicts["gang rolled back"] > 0, verdicts
     assert verdicts["every victim", 1] > 0 and verdicts["every victim", VICTIM_LEFT] > 0, verdicts
 
 
@@ -164,24 +171,22 @@ def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -
     assert sum(bound_in_session) > 0, (bound_in_session, verdicts)  # each one verified
 
 
-def test_the_credit_follows_every_simulations_outcome() -> None:
-    """Out of credit after simulations that placed their preemptor, the check is asked
-    only now and then; a simulation it did not decide that fails at the preemptor (the
-    Python loop tells it) gives the credit back, and the check is asked again."""
+def test_the_credit_follows_what_the_check_decides() -> None:
+    """Out of credit after simulations it could not take, the check is asked only now
+    and then; one it decides gives the credit back, and it is asked again."""
     from types import SimpleNamespace
 
-    from kai.actions.solvers.simulate import _verify
-
     check = ReplacementCheck.__new__(ReplacementCheck)
-    check.ssn = SimpleNamespace(cache={})  # no pending pool: an asked check answers None
+    check.ssn = SimpleNamespace(cache={})  # no pending pool: an asked check cannot decide
     check.verify = False
     check._credit, check._passed = replacement.CREDIT_START, 0
     for _ in range(replacement.CREDIT_START):
-        _verify(check, None, True, None)  # placed, found by the Python loop
-    check.scenario_placed(None, None)
+        assert check.verdict(None, None).placed is None
+    assert check._passed == 0  # each one asked, and each took a credit
+    check.verdict(None, None)
     assert check._passed == 1  # skipped
-    _verify(check, None, False, None)  # not placed: the check would have paid off
-    check.scenario_placed(None, None)
+    check.account(True)  # a simulation it decided
+    check.verdict(None, None)
     assert check._passed == 1  # asked
 
 
@@ -308,6 +313,7 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
         return got
 
     monkeypatch.setattr(ReplacementCheck, "_probe_arrays", both)
+    monkeypatch.setenv(VERIFY_ENV, "1")  # every simulation laid out (none sat out)
     _generated_and_contested_sessions()
     # One batch and several, with recorded victims and without, each exercised.
     for key in [(0, True), (1, False), (2, False), (1, True), (2, True)]:

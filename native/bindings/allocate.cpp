@@ -406,7 +406,7 @@ class NodePicker {
   }
 
   // kai/simulation.hpp: ``sim`` is a kai.actions.solvers.replacement.ReplacementArrays.
-  int replace_victims(const py::object& sim) {
+  py::tuple replace_victims(const py::object& sim) {
     const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
     kai::alloc::Replacement r;
     const F64 idle = sized<F64>(sim, "idle", N * R), releasing = sized<F64>(sim, "releasing", N * R);
@@ -521,8 +521,21 @@ class NodePicker {
     r.v_node = v_node.data();
     r.v_leaf = v_leaf.data();
     r.v_np = v_np.data();
-    py::gil_scoped_release release;
-    return static_cast<int>(kai::alloc::replace_victims(in_, r));
+    std::vector<i64> steps;
+    if (py::cast<bool>(sim.attr("record_steps"))) r.steps = &steps;
+    kai::alloc::Replaced outcome;
+    {
+      py::gil_scoped_release release;
+      outcome = kai::alloc::replace_victims(in_, r);
+    }
+    py::object recorded = py::none();
+    if (r.steps != nullptr) {
+      const auto rows = static_cast<py::ssize_t>(steps.size() / 3);
+      py::array_t<i64> out({rows, static_cast<py::ssize_t>(3)});
+      if (!steps.empty()) std::memcpy(out.mutable_data(), steps.data(), steps.size() * sizeof(i64));
+      recorded = std::move(out);
+    }
+    return py::make_tuple(static_cast<int>(outcome), recorded);
   }
 
  private:
@@ -547,9 +560,10 @@ void register_allocate(py::module_& m) {
            py::arg("masks"), py::arg("nominated"), py::arg("portion"), py::arg("shared_idle"),
            py::arg("shared_any"), py::arg("within"))
       .def("replace_victims", &NodePicker::replace_victims, py::arg("sim"),
-           "A simulation's re-placement (kai/simulation.hpp): 0 the preemptor is not "
-           "placed whole in its turn, 1 it is (and every victim, if asked), 2 it is and a "
-           "victim is not, 3 undecided.");
+           "A simulation's re-placement (kai/simulation.hpp): (outcome, steps).  Outcome "
+           "0: the preemptor is not placed whole in its turn, 1: it is (and every victim, "
+           "if followed), 2: it is and a victim is not, 3: undecided.  Steps (with "
+           "sim.record_steps, else None): [K, 3] int64 rows (kind, a, b), kai::alloc::Step.");
 }
 
 }  // namespace kai::bind

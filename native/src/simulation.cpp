@@ -52,7 +52,7 @@ class Replacer {
       if (m < 0) return Replaced::kPreemptorLeft;  // the preemptor never came
       if (m == s_.preemptor) {
         if (!place_preemptor()) return Replaced::kPreemptorLeft;
-        return s_.every_victim ? follow_victims() : Replaced::kPlaced;
+        return s_.every_victim || s_.steps ? follow_victims() : Replaced::kPlaced;
       }
       if (may_place(m)) allocate_job(m);
     }
@@ -81,6 +81,13 @@ class Replacer {
       }
     }
     return false;
+  }
+
+  void record(Step kind, i64 a, i64 b) {
+    if (s_.steps == nullptr) return;
+    s_.steps->push_back(static_cast<i64>(kind));
+    s_.steps->push_back(a);
+    s_.steps->push_back(b);
   }
 
   // A pod of the victims (evicted by the simulation), not a pending one.
@@ -392,6 +399,7 @@ class Replacer {
   // kai.actions.common.allocate_job (pipelines only): its pods all, or none.
   void allocate_job(i64 m) {
     if (first(m) == last(m) || over_capacity(m)) return;
+    record(Step::kCheckpoint, m, -1);
     std::vector<std::pair<i64, i64>> placed;  // (node, how)
     for (i64 t = first(m); t < last(m); ++t) {
       const i64 n = pick(t);
@@ -400,8 +408,10 @@ class Replacer {
           const auto& [node, how] = placed[static_cast<std::size_t>(k)];
           unplace(m, first(m) + k, node, how);
         }
+        record(Step::kRollback, m, -1);
         return;
       }
+      record(Step::kPlace, t, n);
       placed.emplace_back(n, place(m, t, n));
     }
     for (i64 t = first(m); t < last(m); ++t) replaced_ += victim(t) ? 1 : 0;
@@ -414,6 +424,7 @@ class Replacer {
     for (i64 t = first(m); t < last(m); ++t) {
       const i64 n = pick(t);
       if (n < 0) return false;
+      record(Step::kPlace, t, n);
       place(m, t, n);
     }
     return true;

@@ -105,9 +105,12 @@ class NodePicker:
         shared_any: ArrayLike,
         within: ArrayLike | None,
     ) -> tuple[int, bool]: ...
-    def replace_victims(self, sim: object) -> int:
+    def replace_victims(self, sim: object) -> tuple[int, NDArray[np.int64] | None]:
         """A simulation's re-placement (``sim``: a
-        kai.actions.solvers.replacement.ReplacementArrays): 0 the preemptor is not
-        placed whole in its turn, 1 it is (and, with ``sim.every_victim``, every victim
-        too), 2 it is and a victim is not, 3 undecided."""
+        kai.actions.solvers.replacement.ReplacementArrays) as ``(outcome, steps)``.
+        Outcome 0: the preemptor is not placed whole in its turn, 1: it is (and, when
+        followed, every victim too), 2: it is and a victim is not, 3: undecided.  With
+        ``sim.record_steps`` (which follows it to its end), ``steps`` are its [K, 3]
+        rows (kind, a, b): 0 a participant's checkpoint, 1 a pod placed on a node, 2 a
+        rollback to the checkpoint; else None."""
         ...

@@ -9,8 +9,11 @@
 // allocations, with the same queue order (kai/queue_policy.hpp), the same node choice
 // (select_node), the same statement arithmetic and the same skips, and says whether the
 // preemptor gets placed.  Asked to (consolidation, which loses no pod), it goes on to
-// the end of the queue and also says whether every victim found a place again.  The
-// caller's arrays are only read.
+// the end of the queue and also says whether every victim found a place again.  It can
+// also record its steps (each pod's node, each gang rolled back), which the Python side
+// replays on the statement when the preemptor is placed: the statement is then the one
+// the Python loop would make, without the queue and the node choices.  The caller's
+// arrays are only read.
 //
 // The Python side (kai.actions.solvers.replacement) lays the simulation's queue out
 // in these arrays and takes this path only for what they describe: participants with
@@ -19,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kai/allocate.hpp"
 #include "kai/queue_policy.hpp"
@@ -39,6 +43,9 @@ struct Replacement {
   // Follow the re-placement past the preemptor, to tell whether a victim is left
   // without a place (Replaced::kVictimLeft).
   bool every_victim = false;
+  // Where to record the re-placement's steps (Step), so that the caller can make the
+  // same statement without choosing again; recording follows it to its end.
+  std::vector<i64>* steps = nullptr;
 
   // ---- queues (Q x 3), before the evictions
   i64 Q = 0;
@@ -94,9 +101,18 @@ struct Replacement {
 /// What a simulation's re-placement found.
 enum class Replaced : int {
   kPreemptorLeft = 0,  // the preemptor is not placed whole in its turn: the scenario fails
-  kPlaced = 1,         // the preemptor is placed (and, with ``every_victim``, every victim)
-  kVictimLeft = 2,     // with ``every_victim``: the preemptor is placed, a victim is not
+  kPlaced = 1,         // the preemptor is placed (and, if followed, every victim)
+  kVictimLeft = 2,     // followed (``every_victim`` or ``steps``): the preemptor is placed,
+                       // a victim is not
   kUndecided = 3,      // the arrays cannot tell (a queue order tie left to queue names)
+};
+
+/// A recorded step of the re-placement, three integers (kind, a, b), in the order the
+/// simulation's statement takes them after the evictions.
+enum class Step : i64 {
+  kCheckpoint = 0,  // (0, participant, -1): a job's pods are about to be placed
+  kPlace = 1,       // (1, pod, node): the pod pipelined on the node
+  kRollback = 2,    // (2, participant, -1): back to the last checkpoint (a pod found no node)
 };
 
 /// The re-placement of ``sim``'s victims and preemptor.  ``picker`` is the session's

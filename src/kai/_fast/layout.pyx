@@ -278,6 +278,7 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         ints_a[a + 5 * n + 1 + n_rows : a + 5 * n + 1 + 2 * n_rows],
         ints_a[a + 5 * n + 1 + 2 * n_rows : a + 5 * n + 1 + 3 * n_rows],
         ints_a[a + 5 * n + 1 + 3 * n_rows : a + 5 * n + 1 + 4 * n_rows],
+        order,
     )
 
 

@@ -7,10 +7,11 @@ fair share once their pods are evicted, come first and take their places back.  
 compiled core (``kai/simulation.hpp``) runs that re-placement on copies of the node
 matrices and queue allocations, with the same queue order, node choice, statement
 arithmetic and skips, and says whether the preemptor is placed whole.  When it is not,
-the simulation has failed and the Python loop is not run; when it is, the Python loop
-runs the scenario to its end (the statement, the validator).  For consolidation, whose
-validator refuses a scenario that leaves a victim without a place, the core follows the
-re-placement to its end and refuses those scenarios itself.
+the simulation has failed and no statement is made.  When it is, the core follows the
+re-placement to its end and records its steps (:class:`Verdict`), which the statement
+replays instead of the Python loop: the validators read the state the loop would have
+left, bit for bit.  For consolidation, whose validator refuses a scenario that leaves a
+victim without a place, the core refuses those scenarios itself.
 
 :class:`ReplacementCheck` lays the simulation queue out in arrays for it, for what the
 compiled re-placement takes: the session's compiled node picker and proportion's queue
@@ -46,6 +47,7 @@ from kai.api.model import Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
+from kai.framework.statement import Statement
 from kai.plugins.proportion import QUEUE_COLUMNS, ProportionPlugin, QueueKernel
 
 #: The victims the core evicts: pods running or bound before the session.
@@ -55,7 +57,10 @@ _BOUND_BEFORE = (TaskStatus.RUNNING, TaskStatus.BOUND)
 _COLUMNS = tuple(int(c) for c in QUEUE_COLUMNS)
 
 #: kai/simulation.hpp's ``Replaced`` outcomes that are not a refusal.
-_PLACED, _UNDECIDED = 1, 3
+_PLACED, _VICTIM_LEFT, _UNDECIDED = 1, 2, 3
+
+#: kai/simulation.hpp's ``Step`` kinds.
+_CHECKPOINT, _PLACE, _ROLLBACK = 0, 1, 2
 
 #: Where a session keeps its check (``ssn.cache``).
 CHECK_KEY = "solver.replacement_check"
@@ -68,13 +73,13 @@ VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 #: cheaper than scoring every node at each pick once the groups are made.
 GROUP_NODES_FROM = 48
 
-#: The check pays only where it refuses simulations: where it says "placed" the Python
-#: loop runs anyway.  A session keeps a credit: each simulation the check refuses (or
-#: would have: the preemptor not placed, or for consolidation a victim left without a
-#: place) adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each other takes one, whether the
-#: check or the Python loop found it; with none left the check is asked only once per
-#: ``PROBE_EVERY`` simulations.  (Its verdict is the simulation's outcome either way:
-#: this changes speed.)
+#: The check pays where it decides a simulation: refused, or placed with the steps the
+#: statement replays.  Where it cannot take one (a participant it does not lay out, a
+#: queue-order tie) its layout was spent for nothing.  A session keeps a credit: each
+#: simulation the check decides adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each it
+#: cannot take takes one; with none left the check is asked only once per
+#: ``PROBE_EVERY`` simulations.  (The simulation's outcome is the same either way: this
+#: changes speed.)
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
@@ -130,6 +135,39 @@ class ReplacementArrays:
     v_leaf: np.ndarray | None = None
     v_np: np.ndarray | None = None  # [V] bool: the victim's job is non-preemptible
     every_victim: bool = False  # also tell whether every victim is placed again
+    record_steps: bool = True  # record the steps (which follows the re-placement to its end)
+    parts: list[_Participant] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)  # [M]: each participant's index in parts
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The compiled re-placement's verdict on a simulation: whether it passes
+    (:meth:`ReplacementCheck.verdict`; None: not decided), and for one that
+    passes, its steps, to be replayed on the statement."""
+
+    placed: bool | None
+    steps: np.ndarray | None = None  # [K, 3] (kind, a, b): kai/simulation.hpp's Step
+    pods: list[Task] | None = None  # the simulation's pods, by the steps' pod index
+
+    def replay(self, stmt: Statement) -> None:
+        """Make on ``stmt`` (the victims evicted, in order) what the simulation's loop
+        makes: the same pipelines in the same order, and the gangs that found no place
+        placed and rolled back, so that the state is the loop's to the last bit."""
+        assert self.steps is not None and self.pods is not None
+        pods = self.pods
+        checkpoint = 0
+        for kind, a, b in self.steps.tolist():
+            if kind == _PLACE:
+                stmt.pipeline(pods[a], b)
+            elif kind == _CHECKPOINT:
+                checkpoint = stmt.checkpoint()
+            else:
+                stmt.rollback(checkpoint)
+
+
+_NOT_DECIDED = Verdict(None)
+_REFUSED_VERDICT = Verdict(False)
 
 
 class _Unsupported(Exception):
@@ -170,6 +208,7 @@ class _Participant:
     vacated_at: list[int] = field(default_factory=list)  # -1: none
     rank: _Rank | None = None  # its (leaf, key) among the pool's participants
     block: np.ndarray | None = None  # ``rows`` stacked, [pods, R]
+    tasks: list[Task] = field(default_factory=list)  # its pods to place, in order
 
 
 class _Rank:
@@ -337,12 +376,13 @@ class ReplacementCheck:
         return cls(ssn, picker, proportion, queues)
 
     # ------------------------------------------------------------------ the check
-    def scenario_placed(
+    def verdict(
         self, scenario: Scenario, feasible: np.ndarray, *, every_victim: bool = False
-    ) -> bool | None:
+    ) -> Verdict:
         """Whether the simulation of ``scenario``, on the nodes ``feasible`` and its
         victims' nodes, places the preemptor's pending pods whole in their turn (and,
-        with ``every_victim``, every victim again by its end); None when the compiled
+        with ``every_victim``, every victim again by its end), and if it does, the steps
+        of its re-placement; not decided (``placed`` None) when the compiled
         re-placement does not take it (or sits it out: see ``CREDIT_START``).  The
         session is only read.
 
@@ -353,17 +393,18 @@ class ReplacementCheck:
         among its victims, is laid out whole (:meth:`_whole_arrays`).
         """
         if self._skipped():
-            return None
+            return _NOT_DECIDED
         pool = self.ssn.cache.get(POOL_KEY)
-        if not isinstance(pool, PendingPool):
-            return None
         try:
+            if not isinstance(pool, PendingPool):
+                raise _Unsupported
             base = self._base_of(pool)
             arrays = self._probe_arrays(scenario, feasible, base)
             if arrays is None:
                 arrays = self._whole_arrays(scenario, feasible, base)
         except _Unsupported:
-            return None
+            self.account(False)
+            return _NOT_DECIDED
         return self._decide(arrays, every_victim)
 
     def _skipped(self) -> bool:
@@ -387,16 +428,19 @@ class ReplacementCheck:
         arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
         return arrays
 
-    def _decide(self, arrays: ReplacementArrays, every_victim: bool) -> bool | None:
+    def _decide(self, arrays: ReplacementArrays, every_victim: bool) -> Verdict:
         """The compiled re-placement's verdict on ``arrays`` (``every_victim``: see
-        :meth:`scenario_placed`), told to the credit; None when it is undecided."""
+        :meth:`verdict`), told to the credit."""
         arrays.every_victim = every_victim
-        outcome = self.picker.native.replace_victims(arrays)
+        outcome, steps = self.picker.native.replace_victims(arrays)
+        self.account(outcome != _UNDECIDED)
         if outcome == _UNDECIDED:
-            return None
-        placed = outcome == _PLACED
-        self.account(placed)
-        return placed
+            return _NOT_DECIDED
+        if outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim):
+            parts = arrays.parts
+            pods = [task for i in arrays.order for task in parts[i].tasks]
+            return Verdict(True, steps, pods)
+        return _REFUSED_VERDICT
 
     def _probe_arrays(
         self, scenario: Scenario, feasible: np.ndarray, base: _Base
@@ -509,13 +553,12 @@ class ReplacementCheck:
             part = self._views[view_key] = self._participant(base, view, pending, None, {})
         return part
 
-    def account(self, placed: bool) -> None:
-        """A simulation passed the check or not (see ``CREDIT_START``): told by
-        :meth:`scenario_placed`, and by the simulation for the ones it did not decide."""
-        if placed:
-            self._credit -= 1
-        else:
+    def account(self, decided: bool) -> None:
+        """The check decided a simulation or could not take it (see ``CREDIT_START``)."""
+        if decided:
             self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)
+        else:
+            self._credit -= 1
 
     def _victims(self, victims: list[Task]) -> tuple[np.ndarray, ...]:
         """The victims' arrays (:func:`victim_arrays`)."""
@@ -721,6 +764,7 @@ class ReplacementCheck:
             if gpus > need:
                 need = gpus
         part.gpu_need = need
+        part.tasks = list(tasks)
         part.rank = self._rank(leaf, key)
         part.block = np.array(part.rows, dtype=np.float64).reshape(len(part.rows), -1)
         return part
@@ -789,6 +833,7 @@ class ReplacementCheck:
             t_nominated,
             t_evicted,
             t_vacated,
+            order,
         ) = (fast.lay_out if fast is not None else lay_out)(
             parts, len(self.names), nodes.idle.shape[1], _COLUMNS
         )
@@ -797,6 +842,8 @@ class ReplacementCheck:
         q_alloc, q_alloc_np = self._queue_allocations()
         kernel = self.queues
         return ReplacementArrays(
+            parts=parts,
+            order=order,
             idle=nodes.idle,
             releasing=nodes.releasing,
             within=within,
@@ -987,8 +1034,9 @@ def lay_out(
     Returns the preemptor's place, then ``own_start``, ``own``, ``p_before``,
     ``p_request``, ``p_leaf``, ``p_task_start``, ``p_np_count``, ``p_np_charge``,
     ``p_gpu_need``, ``masks`` (each distinct mask once, in order of first use), ``t_req``,
-    ``t_qvec`` (its ``columns``), ``t_mask``, ``t_nominated``, ``t_evicted_from`` and
-    ``t_vacated_at``.  The reference of ``kai._fast.layout.lay_out``, which gives
+    ``t_qvec`` (its ``columns``), ``t_mask``, ``t_nominated``, ``t_evicted_from``,
+    ``t_vacated_at``, and the participants' indices in ``parts`` in that order.  The
+    reference of ``kai._fast.layout.lay_out``, which gives
     identical arrays.
     """
     n = len(parts)
@@ -1047,6 +1095,7 @@ def lay_out(
         np.array(t_nominated, dtype=np.int64),
         np.array(t_evicted, dtype=np.int64),
         np.array(t_vacated, dtype=np.int64),
+        [i for _q, _key, _seq, i in order],
     )
 
 

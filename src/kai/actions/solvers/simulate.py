@@ -6,6 +6,11 @@ with a pending task (:mod:`kai.actions.solvers.pending`), on the feasible nodes 
 victims' nodes; every placement is a pipeline (a victim put back where it was is simply
 un-evicted).  The pending job must be placed whole; victims that found no place stay
 Releasing.  The scenario must then pass the validator.  Anything else rolls back.
+
+Where the compiled re-placement takes a simulation (kai.actions.solvers.replacement) it
+decides it instead of the loop: a refusal ends the simulation at once, and for one that
+places the preemptor its recorded steps make the loop's statement, which the validator
+then reads.
 """
 
 from __future__ import annotations
@@ -123,22 +128,25 @@ def every_victim_placed(scenario: Scenario, preempted: list[Task], moved: list[T
     return not preempted
 
 
-def _verify(
-    check: ReplacementCheck | None, compiled: bool | None, passed: bool, scenario: Scenario
-) -> None:
-    """Whether the simulation passed what the check checks (the preemptor placed, and
-    every victim with :func:`every_victim_placed`), told to the check when it did not
-    decide; under ``KAI_VERIFY_REPLACEMENT=1``, that the compiled re-placement said the
-    same."""
-    if compiled is None:
-        if check is not None:
-            check.account(passed)
-        return
-    if compiled != passed:
+def _verify(compiled: bool | None, passed: bool, scenario: Scenario) -> None:
+    """Under ``KAI_VERIFY_REPLACEMENT=1``: that the compiled re-placement found what the
+    loop found (the preemptor placed, and every victim with :func:`every_victim_placed`)."""
+    if compiled is not None and compiled != passed:
         raise AssertionError(
             f"compiled re-placement said the scenario {'passes' if compiled else 'fails'}, "
             f"the simulation that it {'passes' if passed else 'fails'}: {scenario!r}"
         )
+
+
+def _statement_state(check: ReplacementCheck, stmt: Statement, tasks: list[Task]) -> tuple:
+    """What a simulation's statement made, to the bit: its operations, ``tasks``'
+    statuses and nodes, the node table and the queues' allocations."""
+    ops = [(op.kind, op.task.uid, op.prev_node, op.undone) for op in stmt.ops]
+    pods = [(t.uid, t.status, t.node, t.virtually_evicted) for t in tasks]
+    nodes = check.ssn.nodes
+    rows = (nodes.idle.tobytes(), nodes.releasing.tobytes(), nodes.used.tobytes())
+    queues = [(s.allocated.tobytes(), s.allocated_non_preemptible.tobytes()) for s in check.shares]
+    return ops, pods, rows, queues
 
 
 #: A victim's status once a simulation evicted it and did not place it again.
@@ -155,20 +163,65 @@ def simulate(
     if not scenario.recorded and not any(batch.tasks for batch in scenario.batches):
         return Simulation(False)  # no victims
     # Most simulations fail at the preemptor's turn: the compiled core tells them apart
-    # without the statement and the loop below (kai.actions.solvers.replacement).
+    # without the statement, and gives the others' steps instead of the loop below
+    # (kai.actions.solvers.replacement).
     check = ReplacementCheck.for_session(ssn)
-    compiled = None
+    verdict = None
     every_victim = validator is every_victim_placed
     if check is not None:
-        compiled = check.scenario_placed(scenario, feasible, every_victim=every_victim)
-        if compiled is False and not check.verify:
+        verdict = check.verdict(scenario, feasible, every_victim=every_victim)
+        if verdict.placed is False and not check.verify:
             return Simulation(False)
+    compiled = verdict.placed if verdict is not None else None
     victims, within, victim_jobs = scenario.victims_within(feasible)
-    preemptor = scenario.preemptor
     stmt = ssn.statement()
-    reason = eviction_reason(action, preemptor)
+    reason = eviction_reason(action, scenario.preemptor)
     for task in victims:
         stmt.evict(task, reason)
+    if verdict is not None and compiled:
+        if check is not None and check.verify:
+            # The loop, then the steps from the same state: the same statement.
+            placed = _re_place(ssn, stmt, scenario, victim_jobs, within)
+            _verify(compiled, placed and not (every_victim and _left(victims)), scenario)
+            pods = [*scenario.pending, *(t for job in victim_jobs for t in job.tasks)]
+            made = _statement_state(check, stmt, pods)
+            stmt.discard()
+            stmt = ssn.statement()
+            for task in victims:
+                stmt.evict(task, reason)
+            verdict.replay(stmt)
+            replayed = _statement_state(check, stmt, pods)
+            if replayed != made:
+                raise AssertionError(f"replayed steps differ from the loop's: {scenario!r}")
+        else:
+            verdict.replay(stmt)
+    elif not _re_place(ssn, stmt, scenario, victim_jobs, within):
+        _verify(compiled, False, scenario)
+        stmt.discard()
+        return Simulation(False)
+    # Victims still releasing, and victims this session had placed whose placement the
+    # eviction withdrew (pending again): KAI-Scheduler has those releasing too, and its
+    # validators and recorded victims count them.
+    preempted = _left(victims)
+    moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
+    _verify(compiled, not (every_victim and preempted), scenario)
+    if not validator(scenario, preempted, moved):
+        stmt.discard()
+        return Simulation(False)
+    return Simulation(True, stmt, preempted, moved)
+
+
+def _left(victims: list[Task]) -> list[Task]:
+    """The victims a simulation's re-placement left evicted."""
+    return [t for t in victims if t.status in _EVICTED]
+
+
+def _re_place(
+    ssn: Session, stmt: Statement, scenario: Scenario, victim_jobs: list[Job], within: np.ndarray
+) -> bool:
+    """The simulation's loop, after the evictions: whether the preemptor is placed (if
+    not, the loop stops at its turn)."""
+    preemptor = scenario.preemptor
     view = partial_view(preemptor, scenario.pending)
     queue = simulation_queue(ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
     placed = False
@@ -185,9 +238,7 @@ def simulate(
         if job is view:
             placed = place_tasks(ssn, stmt, job, scenario.pending, within)
             if not placed:
-                _verify(check, compiled, placed, scenario)
-                stmt.discard()
-                return Simulation(False)
+                return False
         elif room.may_place(job):
             start = stmt.checkpoint()
             version = ssn.nodes.version
@@ -196,17 +247,4 @@ def simulate(
                 and room.version == version
             ):
                 room.touched({n for op in ops[start:] for n in (op.prev_node, op.task.node)})
-    if not placed:
-        _verify(check, compiled, placed, scenario)
-        stmt.discard()
-        return Simulation(False)
-    # Victims still releasing, and victims this session had placed whose placement the
-    # eviction withdrew (pending again): KAI-Scheduler has those releasing too, and its
-    # validators and recorded victims count them.
-    preempted = [t for t in victims if t.status in _EVICTED]
-    moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
-    _verify(check, compiled, not (every_victim and preempted), scenario)
-    if not validator(scenario, preempted, moved):
-        stmt.discard()
-        return Simulation(False)
-    return Simulation(True, stmt, preempted, moved)
+    return placed
