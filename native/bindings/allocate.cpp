@@ -529,7 +529,9 @@ class NodePicker {
       outcome = kai::alloc::replace_victims(in_, r);
     }
     py::object recorded = py::none();
-    if (r.steps != nullptr) {
+    const bool placed = outcome == kai::alloc::Replaced::kPlaced ||
+                        outcome == kai::alloc::Replaced::kVictimLeft;
+    if (r.steps != nullptr && placed) {
       const auto rows = static_cast<py::ssize_t>(steps.size() / 3);
       py::array_t<i64> out({rows, static_cast<py::ssize_t>(3)});
       if (!steps.empty()) std::memcpy(out.mutable_data(), steps.data(), steps.size() * sizeof(i64));
@@ -563,7 +565,8 @@ void register_allocate(py::module_& m) {
            "A simulation's re-placement (kai/simulation.hpp): (outcome, steps).  Outcome "
            "0: the preemptor is not placed whole in its turn, 1: it is (and every victim, "
            "if followed), 2: it is and a victim is not, 3: undecided.  Steps (with "
-           "sim.record_steps, else None): [K, 3] int64 rows (kind, a, b), kai::alloc::Step.");
+           "sim.record_steps, for outcomes 1 and 2, else None): [K, 3] int64 rows (kind, a, "
+           "b), kai::alloc::Step.");
 }
 
 }  // namespace kai::bind
