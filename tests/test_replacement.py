@@ -319,3 +319,24 @@ def test_probe_layout_gives_the_scenarios_arrays_laid_out_whole(monkeypatch) -> 
     for key in [(0, True), (1, False), (2, False), (1, True), (2, True)]:
         assert seen[key] > 0, seen
     assert seen["refused"] > 0 and seen["whole"] > 0, seen
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "one gap", "random"])
+def test_ranks_compare_as_their_pairs_in_any_order_of_arrival(order: str) -> None:
+    """Participants are ordered by their ranks instead of their (leaf, key) pairs: ranks
+    given in any order (pairs arriving in descending order, or many into one gap, which
+    use the floats up) compare as the pairs do, and equal pairs share one."""
+    rng = np.random.default_rng(7)
+    pairs = [(leaf, (float(k), f"job-{k}")) for leaf in range(3) for k in range(2000)]
+    if order == "descending":
+        pairs.reverse()
+    elif order == "one gap":  # each new pair just above the lowest, below the last one
+        pairs = [pairs[0], pairs[-1], *reversed(pairs[1:-1])]
+    elif order == "random":
+        pairs = [pairs[i] for i in rng.permutation(len(pairs))]
+    check = ReplacementCheck.__new__(ReplacementCheck)
+    check._ranked, check._ranks = [], []
+    ranks = {pair: check._rank(*pair) for pair in pairs}
+    assert all(check._rank(*pair) is ranks[pair] for pair in pairs[:50])  # equal: shared
+    values = [ranks[pair].value for pair in sorted(ranks)]
+    assert all(a < b for a, b in zip(values, values[1:]))

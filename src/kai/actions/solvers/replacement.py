@@ -85,6 +85,12 @@ CREDIT_GAIN = 4
 CREDIT_MAX = 32
 PROBE_EVERY = 256
 
+#: A simulation the check places whose queue has more participants than this spends
+#: the credit: laying that many victims' jobs out costs more than the Python loop, which
+#: passes over the jobs with no GPU room left without choosing nodes for them, and the
+#: scenarios after it in a search are larger still.
+PLACED_PAYS_UP_TO = 256
+
 
 @dataclass
 class ReplacementArrays:
@@ -329,9 +335,9 @@ class ReplacementCheck:
         self._pods: dict[Task, tuple[np.ndarray, int, float]] = {}
         # Per victim pod, what no simulation changes (_victim_kind).
         self._victim_kinds: dict[Task, tuple[int, bool] | tuple[()]] = {}
-        # The victims' jobs laid out, by (job, its evicted pods, its queue's version),
-        # for one version of the pool.
-        self._layouts: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
+        # The victims' jobs laid out, by (job, its evicted pods, its pods' state: see
+        # _layout_key), for one version of the pool.
+        self._layouts: dict[tuple[Job, tuple[Task, ...], tuple], _Participant] = {}
         # The preemptors' views laid out, by (job, its pending pods, its queue's version).
         self._views: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
         # The participants' (leaf, key) pairs laid out for the pool, ascending, and
@@ -437,6 +443,8 @@ class ReplacementCheck:
         if outcome == _UNDECIDED:
             return _NOT_DECIDED
         if outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim):
+            if len(arrays.parts) > PLACED_PAYS_UP_TO:
+                self._credit = 0
             parts = arrays.parts
             pods = [task for i in arrays.order for task in parts[i].tasks]
             return Verdict(True, steps, pods)
@@ -529,12 +537,24 @@ class ReplacementCheck:
         fast = _fast.module("layout")
         return (fast.pack_victims if fast is not None else pack_victims)(self._victims(victims))
 
+    def _layout_key(self, job: Job, evicted: tuple[Task, ...]) -> tuple:
+        """What ``job``'s layout with ``evicted`` evicted is kept by: the job, those
+        pods, and its pods' statuses, nodes and held or vacated places, which are all a
+        simulation changes of it (and puts back when it is undone: the job's queue's
+        version, which it bumps, would not come back)."""
+        nodes = self.ssn.nodes
+        held, vacated = nodes.held, nodes.vacated
+        state = tuple(
+            (t.status, t.node, t.virtually_evicted, t in held or t in vacated) for t in job.tasks
+        )
+        return job, evicted, state
+
     def _slot(self, base: _Base, job: Job, evicted: list[Task]) -> _Slot:
         """``job`` as a participant with its pods ``evicted`` evicted (laid out once per
-        set of evicted pods while its queue's version holds, as :meth:`_as_evicted`)."""
+        set of evicted pods and state of its pods, as :meth:`_as_evicted`)."""
         queue = job.queue or ""
         version = self.ssn.queue_versions[queue]
-        key = (job, tuple(evicted), version)
+        key = self._layout_key(job, tuple(evicted))
         part = self._layouts.get(key)
         if part is None:
             with _evicted(evicted) as vacated_at:
@@ -612,17 +632,14 @@ class ReplacementCheck:
         where kai.actions.solvers.pending.SimulationQueue puts it.  A victim's job is laid
         out with the victims' statuses set as an eviction sets them, then put back (the
         node rows and queue allocations are evicted in the core); the layout is kept
-        while none of the job's pods changes status (its queue's version), so a job that
+        while none of the job's pods changes status (:meth:`_layout_key`), so a job that
         is a victim in many scenarios is laid out once per set of its evicted pods.
         """
         ssn = self.ssn
-        versions = ssn.queue_versions
         own_victims: dict[Job, list[Task]] = {}
         for task in victims:
             own_victims.setdefault(task.job, []).append(task)
-        keys = [
-            (job, tuple(own_victims.get(job, ())), versions[job.queue or ""]) for job in victim_jobs
-        ]
+        keys = [self._layout_key(job, tuple(own_victims.get(job, ()))) for job in victim_jobs]
         layouts = self._layouts
         found = [layouts.get(key) for key in keys]
         view_part: _Participant | None = None
@@ -771,21 +788,27 @@ class ReplacementCheck:
 
     def _rank(self, leaf: int, key: Any) -> _Rank:
         """The rank of ``(leaf, key)`` (see :class:`_Rank`): its pair's, if one equal to it
-        is ranked already; else one between its neighbours' (all renumbered when no
-        float is left between them)."""
+        is ranked already; else one between its neighbours' (the ranks around it spread
+        out again when no float is left between them: :meth:`_spread`).  Pairs below or
+        above all the others are ranked a step beyond them."""
         pair = (leaf, key)
         ranked, ranks = self._ranked, self._ranks
         i = bisect_left(ranked, pair)
         if i < len(ranked) and not pair < ranked[i]:
             return ranks[i]  # equal: neither is below the other
-        low = ranks[i - 1].value if i > 0 else 0.0
-        high = ranks[i].value if i < len(ranks) else low + 2.0
+        if not ranks:
+            low, high = 0.0, 2.0
+        elif i == 0:
+            high = ranks[0].value
+            low = high - 2.0
+        else:
+            low = ranks[i - 1].value
+            high = ranks[i].value if i < len(ranks) else low + 2.0
         rank = _Rank((low + high) / 2)
         ranked.insert(i, pair)
         ranks.insert(i, rank)
         if not low < rank.value < high:
-            for value, each in enumerate(ranks, start=1):
-                each.value = float(value)
+            _spread(ranks, i)
         return rank
 
     def _arrays(
@@ -898,6 +921,27 @@ class ReplacementCheck:
         q_alloc_np = np.array([s.allocated_non_preemptible for s in shares], dtype=np.float64)
         self._allocations = (nodes, nodes.version, q_alloc, q_alloc_np)
         return q_alloc, q_alloc_np
+
+
+def _spread(ranks: list[_Rank], i: int) -> None:
+    """Give the ranks around ``ranks[i]`` evenly spaced values again, keeping their order:
+    the fewest neighbours (doubling) whose span leaves each a gap of at least 2**-20 of
+    its magnitude, so that many pairs ranked into one gap renumber a few ranks at a time,
+    not all of them each time."""
+    n = len(ranks)
+    width = 1
+    while True:
+        lo, hi = max(0, i - width), min(n - 1, i + width)
+        low = ranks[lo - 1].value if lo > 0 else ranks[lo].value - 2.0 * width
+        high = ranks[hi + 1].value if hi + 1 < n else ranks[hi].value + 2.0 * width
+        if lo == 0 and hi == n - 1:
+            low, high = min(low, 0.0), max(high, 2.0 * n)
+        step = (high - low) / (hi - lo + 2)
+        if step >= 2.0**-20 * max(1.0, abs(low), abs(high)) or (lo == 0 and hi == n - 1):
+            for k in range(lo, hi + 1):
+                ranks[k].value = low + step * (k - lo + 1)
+            return
+        width *= 2
 
 
 def pack_victims(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
