@@ -171,21 +171,23 @@ def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -
     assert sum(bound_in_session) > 0, (bound_in_session, verdicts)  # each one verified
 
 
-def test_the_credit_follows_what_the_check_decides() -> None:
-    """Out of credit after simulations it could not take, the check is asked only now
-    and then; one it decides gives the credit back, and it is asked again."""
+def test_the_credit_follows_every_simulations_outcome() -> None:
+    """Out of credit after simulations that placed their preemptor, the check is asked
+    only now and then; a simulation it did not decide that fails at the preemptor (the
+    Python loop tells it) gives the credit back, and the check is asked again."""
     from types import SimpleNamespace
+
+    from kai.actions.solvers.simulate import _verify
 
     check = ReplacementCheck.__new__(ReplacementCheck)
     check.ssn = SimpleNamespace(cache={})  # no pending pool: an asked check cannot decide
     check.verify = False
     check._credit, check._passed = replacement.CREDIT_START, 0
     for _ in range(replacement.CREDIT_START):
-        assert check.verdict(None, None).placed is None
-    assert check._passed == 0  # each one asked, and each took a credit
-    check.verdict(None, None)
+        _verify(check, None, True, None)  # placed, found by the Python loop
+    assert check.verdict(None, None).placed is None
     assert check._passed == 1  # skipped
-    check.account(True)  # a simulation it decided
+    _verify(check, None, False, None)  # not placed: the check would have paid off
     check.verdict(None, None)
     assert check._passed == 1  # asked
 

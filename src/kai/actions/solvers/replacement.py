@@ -73,23 +73,20 @@ VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 #: cheaper than scoring every node at each pick once the groups are made.
 GROUP_NODES_FROM = 48
 
-#: The check pays where it decides a simulation: refused, or placed with the steps the
-#: statement replays.  Where it cannot take one (a participant it does not lay out, a
-#: queue-order tie) its layout was spent for nothing.  A session keeps a credit: each
-#: simulation the check decides adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each it
-#: cannot take takes one; with none left the check is asked only once per
+#: The check pays most where it refuses simulations.  Where it says "placed", the
+#: statement replays its steps instead of running the loop, which saves the loop's queue
+#: and node choices but not the evictions, and laying the simulation out can cost more
+#: than the loop it saves (a small queue, or thousands of victims' jobs the loop passes
+#: over).  A session keeps a credit: each simulation the check refuses (or would have:
+#: the preemptor not placed, or for consolidation a victim left without a place) adds
+#: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each other takes one, whether the check or the
+#: Python loop found it; with none left the check is asked only once per
 #: ``PROBE_EVERY`` simulations.  (The simulation's outcome is the same either way: this
 #: changes speed.)
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
 PROBE_EVERY = 256
-
-#: A simulation the check places whose queue has more participants than this spends
-#: the credit: laying that many victims' jobs out costs more than the Python loop, which
-#: passes over the jobs with no GPU room left without choosing nodes for them, and the
-#: scenarios after it in a search are larger still.
-PLACED_PAYS_UP_TO = 256
 
 
 @dataclass
@@ -409,7 +406,6 @@ class ReplacementCheck:
             if arrays is None:
                 arrays = self._whole_arrays(scenario, feasible, base)
         except _Unsupported:
-            self.account(False)
             return _NOT_DECIDED
         return self._decide(arrays, every_victim)
 
@@ -439,12 +435,11 @@ class ReplacementCheck:
         :meth:`verdict`), told to the credit."""
         arrays.every_victim = every_victim
         outcome, steps = self.picker.native.replace_victims(arrays)
-        self.account(outcome != _UNDECIDED)
         if outcome == _UNDECIDED:
             return _NOT_DECIDED
-        if outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim):
-            if len(arrays.parts) > PLACED_PAYS_UP_TO:
-                self._credit = 0
+        placed = outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim)
+        self.account(placed)
+        if placed:
             parts = arrays.parts
             pods = [task for i in arrays.order for task in parts[i].tasks]
             return Verdict(True, steps, pods)
@@ -573,12 +568,13 @@ class ReplacementCheck:
             part = self._views[view_key] = self._participant(base, view, pending, None, {})
         return part
 
-    def account(self, decided: bool) -> None:
-        """The check decided a simulation or could not take it (see ``CREDIT_START``)."""
-        if decided:
-            self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)
-        else:
+    def account(self, placed: bool) -> None:
+        """A simulation passed the check or not (see ``CREDIT_START``): told by
+        :meth:`verdict`, and by the simulation for the ones it did not decide."""
+        if placed:
             self._credit -= 1
+        else:
+            self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)
 
     def _victims(self, victims: list[Task]) -> tuple[np.ndarray, ...]:
         """The victims' arrays (:func:`victim_arrays`)."""

@@ -128,10 +128,18 @@ def every_victim_placed(scenario: Scenario, preempted: list[Task], moved: list[T
     return not preempted
 
 
-def _verify(compiled: bool | None, passed: bool, scenario: Scenario) -> None:
-    """Under ``KAI_VERIFY_REPLACEMENT=1``: that the compiled re-placement found what the
-    loop found (the preemptor placed, and every victim with :func:`every_victim_placed`)."""
-    if compiled is not None and compiled != passed:
+def _verify(
+    check: ReplacementCheck | None, compiled: bool | None, passed: bool, scenario: Scenario
+) -> None:
+    """Whether the simulation passed what the check checks (the preemptor placed, and
+    every victim with :func:`every_victim_placed`), told to the check when it did not
+    decide; under ``KAI_VERIFY_REPLACEMENT=1``, that the compiled re-placement said the
+    same."""
+    if compiled is None:
+        if check is not None:
+            check.account(passed)
+        return
+    if compiled != passed:
         raise AssertionError(
             f"compiled re-placement said the scenario {'passes' if compiled else 'fails'}, "
             f"the simulation that it {'passes' if passed else 'fails'}: {scenario!r}"
@@ -174,29 +182,24 @@ def simulate(
             return Simulation(False)
     compiled = verdict.placed if verdict is not None else None
     victims, within, victim_jobs = scenario.victims_within(feasible)
-    stmt = ssn.statement()
     reason = eviction_reason(action, scenario.preemptor)
-    for task in victims:
-        stmt.evict(task, reason)
-    if verdict is not None and compiled:
-        if check is not None and check.verify:
+    stmt = _evict(ssn, victims, reason)
+    if check is not None and verdict is not None and verdict.placed:
+        if check.verify:
             # The loop, then the steps from the same state: the same statement.
             placed = _re_place(ssn, stmt, scenario, victim_jobs, within)
-            _verify(compiled, placed and not (every_victim and _left(victims)), scenario)
+            _verify(check, compiled, placed and not (every_victim and _left(victims)), scenario)
             pods = [*scenario.pending, *(t for job in victim_jobs for t in job.tasks)]
             made = _statement_state(check, stmt, pods)
             stmt.discard()
-            stmt = ssn.statement()
-            for task in victims:
-                stmt.evict(task, reason)
+            stmt = _evict(ssn, victims, reason)
             verdict.replay(stmt)
-            replayed = _statement_state(check, stmt, pods)
-            if replayed != made:
+            if _statement_state(check, stmt, pods) != made:
                 raise AssertionError(f"replayed steps differ from the loop's: {scenario!r}")
         else:
             verdict.replay(stmt)
     elif not _re_place(ssn, stmt, scenario, victim_jobs, within):
-        _verify(compiled, False, scenario)
+        _verify(check, compiled, False, scenario)
         stmt.discard()
         return Simulation(False)
     # Victims still releasing, and victims this session had placed whose placement the
@@ -204,11 +207,19 @@ def simulate(
     # validators and recorded victims count them.
     preempted = _left(victims)
     moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
-    _verify(compiled, not (every_victim and preempted), scenario)
+    _verify(check, compiled, not (every_victim and preempted), scenario)
     if not validator(scenario, preempted, moved):
         stmt.discard()
         return Simulation(False)
     return Simulation(True, stmt, preempted, moved)
+
+
+def _evict(ssn: Session, victims: list[Task], reason: str) -> Statement:
+    """A statement that evicts ``victims``, in order (a simulation's first step)."""
+    stmt = ssn.statement()
+    for task in victims:
+        stmt.evict(task, reason)
+    return stmt
 
 
 def _left(victims: list[Task]) -> list[Task]:
