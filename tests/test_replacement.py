@@ -171,25 +171,35 @@ def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -
     assert sum(bound_in_session) > 0, (bound_in_session, verdicts)  # each one verified
 
 
-def test_the_credit_follows_every_simulations_outcome() -> None:
-    """Out of credit after simulations that placed their preemptor, the check is asked
-    only now and then; a simulation it did not decide that fails at the preemptor (the
-    Python loop tells it) gives the credit back, and the check is asked again."""
+def test_the_credit_follows_every_simulations_outcome(monkeypatch) -> None:
+    """Out of credit after accepted simulations, the check is asked only now and then; a
+    simulation that fails (here one the check refuses) gives the credit back, and the
+    check is asked again.  Sessions tell it every outcome."""
     from types import SimpleNamespace
-
-    from kai.actions.solvers.simulate import _verify
 
     check = ReplacementCheck.__new__(ReplacementCheck)
     check.ssn = SimpleNamespace(cache={})  # no pending pool: an asked check cannot decide
     check.verify = False
     check._credit, check._passed = replacement.CREDIT_START, 0
     for _ in range(replacement.CREDIT_START):
-        _verify(check, None, True, None)  # placed, found by the Python loop
+        check.account(True)  # accepted
     assert check.verdict(None, None).placed is None
     assert check._passed == 1  # skipped
-    _verify(check, None, False, None)  # not placed: the check would have paid off
+    check.account(False)  # failed: the check would have paid off
     check.verdict(None, None)
     assert check._passed == 1  # asked
+
+    told: Counter = Counter()
+    original = ReplacementCheck.account
+
+    def account(self, accepted: bool) -> None:
+        told[accepted] += 1
+        original(self, accepted)
+
+    monkeypatch.setattr(ReplacementCheck, "account", account)
+    for seed in SEEDS[:10]:
+        _session(_random(seed), actions=ACTIONS)
+    assert told[True] > 0 and told[False] > 0, told
 
 
 def _generated_and_contested_sessions() -> None:

@@ -73,16 +73,15 @@ VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 #: cheaper than scoring every node at each pick once the groups are made.
 GROUP_NODES_FROM = 48
 
-#: The check pays most where it refuses simulations.  Where it says "placed", the
-#: statement replays its steps instead of running the loop, which saves the loop's queue
-#: and node choices but not the evictions, and laying the simulation out can cost more
-#: than the loop it saves (a small queue, or thousands of victims' jobs the loop passes
-#: over).  A session keeps a credit: each simulation the check refuses (or would have:
-#: the preemptor not placed, or for consolidation a victim left without a place) adds
-#: ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each other takes one, whether the check or the
-#: Python loop found it; with none left the check is asked only once per
-#: ``PROBE_EVERY`` simulations.  (The simulation's outcome is the same either way: this
-#: changes speed.)
+#: The check pays where simulations fail: it refuses most of them itself, and a search
+#: that keeps failing lays out scenarios that share their parts and would run the loop
+#: again and again.  Where simulations are accepted (each one ends its job's search, and
+#: the next job's is laid out afresh) laying a small queue out, or thousands of victims'
+#: jobs the loop passes over, can cost more than the loop that replaying the steps saves.
+#: A session keeps a credit: each simulation that fails (the check refused it, or the
+#: loop or a validator did) adds ``CREDIT_GAIN`` (up to ``CREDIT_MAX``), each accepted
+#: one takes one; with none left the check is asked only once per ``PROBE_EVERY``
+#: simulations.  (The simulation's outcome is the same either way: this changes speed.)
 CREDIT_START = 2
 CREDIT_GAIN = 4
 CREDIT_MAX = 32
@@ -432,17 +431,16 @@ class ReplacementCheck:
 
     def _decide(self, arrays: ReplacementArrays, every_victim: bool) -> Verdict:
         """The compiled re-placement's verdict on ``arrays`` (``every_victim``: see
-        :meth:`verdict`), told to the credit."""
+        :meth:`verdict`); a refusal is told to the credit."""
         arrays.every_victim = every_victim
         outcome, steps = self.picker.native.replace_victims(arrays)
         if outcome == _UNDECIDED:
             return _NOT_DECIDED
-        placed = outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim)
-        self.account(placed)
-        if placed:
+        if outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim):
             parts = arrays.parts
             pods = [task for i in arrays.order for task in parts[i].tasks]
             return Verdict(True, steps, pods)
+        self.account(False)
         return _REFUSED_VERDICT
 
     def _probe_arrays(
@@ -568,10 +566,10 @@ class ReplacementCheck:
             part = self._views[view_key] = self._participant(base, view, pending, None, {})
         return part
 
-    def account(self, placed: bool) -> None:
-        """A simulation passed the check or not (see ``CREDIT_START``): told by
-        :meth:`verdict`, and by the simulation for the ones it did not decide."""
-        if placed:
+    def account(self, accepted: bool) -> None:
+        """A simulation was accepted or failed (see ``CREDIT_START``): told by
+        :meth:`verdict` for the ones it refuses, and by the simulation for the others."""
+        if accepted:
             self._credit -= 1
         else:
             self._credit = min(max(self._credit, 0) + CREDIT_GAIN, CREDIT_MAX)

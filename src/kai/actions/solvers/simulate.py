@@ -128,18 +128,10 @@ def every_victim_placed(scenario: Scenario, preempted: list[Task], moved: list[T
     return not preempted
 
 
-def _verify(
-    check: ReplacementCheck | None, compiled: bool | None, passed: bool, scenario: Scenario
-) -> None:
-    """Whether the simulation passed what the check checks (the preemptor placed, and
-    every victim with :func:`every_victim_placed`), told to the check when it did not
-    decide; under ``KAI_VERIFY_REPLACEMENT=1``, that the compiled re-placement said the
-    same."""
-    if compiled is None:
-        if check is not None:
-            check.account(passed)
-        return
-    if compiled != passed:
+def _verify(compiled: bool | None, passed: bool, scenario: Scenario) -> None:
+    """Under ``KAI_VERIFY_REPLACEMENT=1``: that the compiled re-placement found what the
+    loop found (the preemptor placed, and every victim with :func:`every_victim_placed`)."""
+    if compiled is not None and compiled != passed:
         raise AssertionError(
             f"compiled re-placement said the scenario {'passes' if compiled else 'fails'}, "
             f"the simulation that it {'passes' if passed else 'fails'}: {scenario!r}"
@@ -188,7 +180,7 @@ def simulate(
         if check.verify:
             # The loop, then the steps from the same state: the same statement.
             placed = _re_place(ssn, stmt, scenario, victim_jobs, within)
-            _verify(check, compiled, placed and not (every_victim and _left(victims)), scenario)
+            _verify(compiled, placed and not (every_victim and _left(victims)), scenario)
             pods = [*scenario.pending, *(t for job in victim_jobs for t in job.tasks)]
             made = _statement_state(check, stmt, pods)
             stmt.discard()
@@ -199,19 +191,28 @@ def simulate(
         else:
             verdict.replay(stmt)
     elif not _re_place(ssn, stmt, scenario, victim_jobs, within):
-        _verify(check, compiled, False, scenario)
+        _verify(compiled, False, scenario)
         stmt.discard()
-        return Simulation(False)
+        return _failed(check)
     # Victims still releasing, and victims this session had placed whose placement the
     # eviction withdrew (pending again): KAI-Scheduler has those releasing too, and its
     # validators and recorded victims count them.
     preempted = _left(victims)
     moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
-    _verify(check, compiled, not (every_victim and preempted), scenario)
+    _verify(compiled, not (every_victim and preempted), scenario)
     if not validator(scenario, preempted, moved):
         stmt.discard()
-        return Simulation(False)
+        return _failed(check)
+    if check is not None:
+        check.account(True)
     return Simulation(True, stmt, preempted, moved)
+
+
+def _failed(check: ReplacementCheck | None) -> Simulation:
+    """A simulation that failed after the statement was made, told to the check."""
+    if check is not None:
+        check.account(False)
+    return Simulation(False)
 
 
 def _evict(ssn: Session, victims: list[Task], reason: str) -> Statement:
