@@ -521,8 +521,8 @@ class NodePicker {
     r.v_node = v_node.data();
     r.v_leaf = v_leaf.data();
     r.v_np = v_np.data();
-    std::vector<i64> steps;
-    if (py::cast<bool>(sim.attr("record_steps"))) r.steps = &steps;
+    std::vector<i64> steps;  // recorded always: a placed verdict's are replayed
+    r.steps = &steps;
     kai::alloc::Replaced outcome;
     {
       py::gil_scoped_release release;
@@ -531,7 +531,7 @@ class NodePicker {
     py::object recorded = py::none();
     const bool placed = outcome == kai::alloc::Replaced::kPlaced ||
                         outcome == kai::alloc::Replaced::kVictimLeft;
-    if (r.steps != nullptr && placed) {
+    if (placed) {
       const auto rows = static_cast<py::ssize_t>(steps.size() / 3);
       py::array_t<i64> out({rows, static_cast<py::ssize_t>(3)});
       if (!steps.empty()) std::memcpy(out.mutable_data(), steps.data(), steps.size() * sizeof(i64));
@@ -564,9 +564,9 @@ void register_allocate(py::module_& m) {
       .def("replace_victims", &NodePicker::replace_victims, py::arg("sim"),
            "A simulation's re-placement (kai/simulation.hpp): (outcome, steps).  Outcome "
            "0: the preemptor is not placed whole in its turn, 1: it is (and every victim, "
-           "if followed), 2: it is and a victim is not, 3: undecided.  Steps (with "
-           "sim.record_steps, for outcomes 1 and 2, else None): [K, 3] int64 rows (kind, a, "
-           "b), kai::alloc::Step.");
+           "followed to its end), 2: it is and a victim is not, 3: undecided.  Steps (for "
+           "outcomes 1 and 2, else None): [K, 3] int64 rows (kind, a, b), "
+           "kai::alloc::Step.");
 }
 
 }  // namespace kai::bind

@@ -108,9 +108,9 @@ class NodePicker:
     def replace_victims(self, sim: object) -> tuple[int, NDArray[np.int64] | None]:
         """A simulation's re-placement (``sim``: a
         kai.actions.solvers.replacement.ReplacementArrays) as ``(outcome, steps)``.
-        Outcome 0: the preemptor is not placed whole in its turn, 1: it is (and, when
-        followed, every victim too), 2: it is and a victim is not, 3: undecided.  With
-        ``sim.record_steps`` (which follows it to its end) and outcome 1 or 2,
-        ``steps`` are its [K, 3] rows (kind, a, b): 0 a participant's checkpoint, 1 a
-        pod placed on a node, 2 a rollback to the checkpoint; else None."""
+        The re-placement is followed to its end.  Outcome 0: the preemptor is not
+        placed whole in its turn, 1: it is (and every victim too), 2: it is and a
+        victim is not, 3: undecided.  For outcome 1 or 2, ``steps`` are its [K, 3]
+        rows (kind, a, b): 0 a participant's checkpoint, 1 a pod placed on a node, 2 a
+        rollback to the checkpoint; else None."""
         ...

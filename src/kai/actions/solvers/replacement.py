@@ -137,7 +137,6 @@ class ReplacementArrays:
     v_leaf: np.ndarray | None = None
     v_np: np.ndarray | None = None  # [V] bool: the victim's job is non-preemptible
     every_victim: bool = False  # also tell whether every victim is placed again
-    record_steps: bool = True  # record the steps (which follows the re-placement to its end)
     parts: list[_Participant] = field(default_factory=list)
     order: list[int] = field(default_factory=list)  # [M]: each participant's index in parts
 
@@ -397,9 +396,9 @@ class ReplacementCheck:
         if self._skipped():
             return _NOT_DECIDED
         pool = self.ssn.cache.get(POOL_KEY)
+        if not isinstance(pool, PendingPool):
+            return _NOT_DECIDED
         try:
-            if not isinstance(pool, PendingPool):
-                raise _Unsupported
             base = self._base_of(pool)
             arrays = self._probe_arrays(scenario, feasible, base)
             if arrays is None:
@@ -928,8 +927,6 @@ def _spread(ranks: list[_Rank], i: int) -> None:
         lo, hi = max(0, i - width), min(n - 1, i + width)
         low = ranks[lo - 1].value if lo > 0 else ranks[lo].value - 2.0 * width
         high = ranks[hi + 1].value if hi + 1 < n else ranks[hi].value + 2.0 * width
-        if lo == 0 and hi == n - 1:
-            low, high = min(low, 0.0), max(high, 2.0 * n)
         step = (high - low) / (hi - lo + 2)
         if step >= 2.0**-20 * max(1.0, abs(low), abs(high)) or (lo == 0 and hi == n - 1):
             for k in range(lo, hi + 1):
