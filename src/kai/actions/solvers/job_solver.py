@@ -339,11 +339,10 @@ class _PlacementBound:
             self.base = node_gpu_capacity(ssn)
             self.within = within
             self.recorded = recorded
-            self._shared: tuple[np.ndarray, np.ndarray, list[int], set[Task]] | None = None
-            # What each victim frees, and per node its shared capacity and whether it is
-            # counted, as Python values: the session's state is the same at every check
-            # of the probe (each simulation is undone before the next scenario).
-            self._freed: dict[Task, float] = {}
+            self._shared: tuple[np.ndarray, np.ndarray, list[int]] | None = None
+            # Per node its shared capacity and whether it is counted, as Python values:
+            # the session's state is the same at every check of the probe (each
+            # simulation is undone before the next scenario).
             self._nodes: dict[int, tuple[float, bool]] = {}
 
     def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
@@ -369,31 +368,24 @@ class _PlacementBound:
         if self._shared is None:
             capacity, mask = self._capacity(self.recorded)
             slots = [int(np.floor((capacity[mask] + COUNT_SLACK) / v).sum()) for v, _ in self.needs]
-            self._shared = (capacity, mask, slots, set(self.recorded))
-        capacity, mask, slots, seen = self._shared
-        freed_by_task, at_node = self._freed, self._nodes
+            self._shared = (capacity, mask, slots)
+        capacity, mask, slots = self._shared
+        at_node = self._nodes
         ssn = self.ssn
-        # The batches' victims, as victim_tasks lists them after the recorded ones: the
-        # GPUs they free are added to their nodes in the same order.
+        # What the batches free per node, added to the nodes' capacities in the order
+        # victim_tasks lists them.  A scenario's batches share no pod with each other or
+        # with the recorded victims (an accumulation never takes a pod twice and leaves
+        # the recorded ones out), so each batch's own sums are what it adds.
         changed: dict[int, float] = {}
-        added: set[Task] = set()
         for batch in scenario.batches:
-            for task in batch.tasks:
-                if task in seen or task in added:
-                    continue
-                added.add(task)
-                node = task.node
-                if node >= 0:
-                    freed = freed_by_task.get(task)
-                    if freed is None:
-                        freed = freed_by_task[task] = gpu_freed(ssn, task)
-                    old = changed.get(node)
-                    if old is None:
-                        known = at_node.get(node)
-                        if known is None:
-                            known = at_node[node] = (float(capacity[node]), bool(mask[node]))
-                        old = known[0]
-                    changed[node] = old + freed
+            for node, freed in batch.freed_per_node(ssn):
+                old = changed.get(node)
+                if old is None:
+                    known = at_node.get(node)
+                    if known is None:
+                        known = at_node[node] = (float(capacity[node]), bool(mask[node]))
+                    old = known[0]
+                changed[node] = old + freed
         for (v, need), have in zip(self.needs, slots):
             for node, new in changed.items():
                 before, inside = at_node[node]

@@ -34,12 +34,25 @@ class VictimBatch:
     tasks: list[Task]
     nodes: frozenset[int]
     _uids: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    _freed: list[tuple[int, float]] | None = field(default=None, compare=False, repr=False)
 
     def uids(self) -> frozenset[str]:
         """The uids of :attr:`tasks` (a scenario's fingerprint reads them often)."""
         if self._uids is None:
             self._uids = frozenset(t.uid for t in self.tasks)
         return self._uids
+
+    def freed_per_node(self, ssn: Session) -> list[tuple[int, float]]:
+        """Per node the batch has a placed task on (in the order they first come), the
+        GPUs its tasks there free (:func:`gpu_freed`, which reads nothing a simulation
+        changes): counted once, read by every scenario bound the batch is part of."""
+        if self._freed is None:
+            sums: dict[int, float] = {}
+            for task in self.tasks:
+                if task.node >= 0:
+                    sums[task.node] = sums.get(task.node, 0.0) + gpu_freed(ssn, task)
+            self._freed = list(sums.items())
+        return self._freed
 
 
 @dataclass
