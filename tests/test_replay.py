@@ -3,6 +3,7 @@ schedules as a state rebuilt from manifests would."""
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 
 import pytest
@@ -293,6 +294,39 @@ def test_incremental_sessions_decide_what_a_rebuilt_snapshot_decides():
         decided += bool(captured[0])
     assert compared > 20 and decided > 10
     assert replay.result.evictions  # the comparison covered evictions too
+
+
+# ----------------------------------------------------------- memory
+def test_a_long_replay_leaves_no_garbage_cycles_behind_its_sessions():
+    """Replay.run keeps the garbage collector off (sessions make many short-lived
+    objects): what a session leaves must be freed by reference counting, or a week's
+    replay grows by every session's plugins, pools and session object."""
+    text = PRIORITY_CLASSES + "".join(NODE.format(name=f"n{i}", gpus=8) for i in range(4))
+    text += QUEUE.format(name="root", parent="", quota=-1)
+    for name, quota in {"a": 8, "b": 8, "c": 0}.items():
+        text += QUEUE.format(name=name, parent="parentQueue: root", quota=quota)
+    text += "---\napiVersion: kai.scheduler/v1\nkind: SchedulerConfiguration\n"
+    text += "reclaimMinRuntime: 60s\n"
+    spec = WorkloadSpec(
+        jobs=120,
+        span=3 * 3600,
+        total_gpus=32,
+        queues=("a", "b", "c"),
+        load=1.3,  # a backlog: every eviction action searches
+        cpu_per_gpu=1000,
+        memory_per_gpu=1e9,
+    )
+    replay = Replay(load_text(text, "cluster.yaml"), generate(spec, seed=3), period=30)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result = replay.run()
+        assert result.sessions > 100 and result.evictions and result.protections["reclaim"]
+        assert gc.collect() == 0
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # ----------------------------------------------------------- synthetic workloads

@@ -656,7 +656,9 @@ def test_reclaim_validator_matrix_matches_chunk_loop(seed: int, monkeypatch) -> 
     else:
         snap = Snapshot(gen.random_cluster(seed, nodes=12, jobs=60).objects())
     ssn = _session(snap)
-    rules = ssn.cache["proportion"].reclaim_rules
+    (validator,) = ssn.registered("reclaim_scenario_validator")[:1]
+    rules = validator.fn.__self__
+    assert isinstance(rules, reclaim_rules.ReclaimRules)
     running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
     pending = [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)]
     assert running and pending

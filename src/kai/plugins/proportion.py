@@ -468,10 +468,15 @@ class ProportionPlugin(Plugin):
             parents = {name: share.parent for name, share in self.shares.items()}
             history = usage_vectors(table, parents, QUEUE_RESOURCES)
 
-        def divide(parent: str | None, total: np.ndarray) -> None:
+        # Each queue's fair share is divided among its children, top down (a loop: a
+        # recursive closure would be a reference cycle, which outlives the session
+        # until the garbage collector runs).
+        todo: list[tuple[str | None, np.ndarray]] = [(None, self.total)]
+        while todo:
+            parent, total = todo.pop()
             siblings = children.get(parent, [])
             if not siblings:
-                return
+                continue
             prio = np.array([s.priority for s in siblings], dtype=np.int64)
             rank = np.array([s.rank for s in siblings], dtype=np.int64)
             # Resource-major like the rest: row r holds every sibling's usage of r.
@@ -503,10 +508,7 @@ class ProportionPlugin(Plugin):
                 )
                 for s, value in zip(siblings, fair):
                     s.fair_share[r] = value
-            for s in siblings:
-                divide(s.name, s.fair_share)
-
-        divide(None, self.total)
+            todo.extend((s.name, s.fair_share) for s in reversed(siblings))
 
     # ----------------------------------------------------------- accounting
     def kernel_form(self, ssn: Session) -> QueueKernel | None:

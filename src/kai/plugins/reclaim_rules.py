@@ -343,8 +343,9 @@ class _QueueChunks:
 
 
 def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:
+    # The session holds the rules through these functions; the plugin does not (that
+    # would make a reference cycle with ``rules.plugin``).
     rules = ReclaimRules(plugin, ssn)
-    plugin.reclaim_rules = rules  # type: ignore[attr-defined]
     ssn.add_can_reclaim_resources_fn(rules.can_reclaim)
     ssn.add_reclaim_victim_filter_fn(rules.filter_victim)
     ssn.add_reclaim_scenario_validator_fn(rules.reclaimable)

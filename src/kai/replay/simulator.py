@@ -25,6 +25,7 @@ import gc
 import heapq
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -733,11 +734,13 @@ def _count_protections(plugin: Any, result: ReplayResult) -> None:
     """Count the victims the min-runtime plugin protects (its filters say no)."""
     for kind in ("reclaim", "preempt"):
         name = f"{kind}_victim_filter"
-        inner = getattr(plugin, name)
+        # Weakly: the plugin keeps the wrapper, which a strong reference back would make
+        # a cycle that outlives the session until the garbage collector runs.
+        inner = weakref.WeakMethod(getattr(plugin, name))
         seen: set[str] = set()
 
         def counted(actor: Job, victim: Job, _inner=inner, _kind=kind, _seen=seen) -> bool:
-            allowed = _inner(actor, victim)
+            allowed = _inner()(actor, victim)
             if not allowed:
                 key = victim.key
                 if key not in _seen:  # once per session and victim

@@ -23,6 +23,7 @@ between leaves see the same jobs too.
 from __future__ import annotations
 
 import heapq
+import weakref
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from itertools import count
@@ -170,7 +171,7 @@ class _LeafSteps:
 
     __slots__ = (
         "entries",
-        "cands",
+        "_cands",
         "positions",
         "neg",
         "gots",
@@ -183,7 +184,9 @@ class _LeafSteps:
         self, entries: list[tuple[Any, int, Job]], cands: VictimCandidates, width: int
     ) -> None:
         self.entries = entries
-        self.cands = cands
+        # Weakly: the candidates keep their leaves' steps (a strong reference back would
+        # be a cycle, left to the garbage collector after the session).
+        self._cands = weakref.ref(cands)
         self.positions: list[int] = []  # descending
         self.neg: list[int] = []  # the same, negated (ascending, for bisect)
         self.gots: list[Eviction] = []
@@ -207,7 +210,9 @@ class _LeafSteps:
         """Read down to the next accepted job; False when the leaf has no more."""
         from kai.actions.solvers.scenario import whole_job_eviction
 
-        entries, accepts, memo = self.entries, self.cands.accepts, self.cands.evictions
+        cands = self._cands()
+        assert cands is not None  # they outlive their steps
+        entries, accepts, memo = self.entries, cands.accepts, cands.evictions
         while self.low > 0:
             self.low -= 1
             job = entries[self.low][2]
