@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from kai.api.objects import (
     QueueResource,
 )
 from kai.api.resources import GPU, ResourceTable
+
+_T = TypeVar("_T")
 
 
 class TaskStatus(enum.Enum):
@@ -464,6 +466,8 @@ class NodeTable:
         self._charge_rows = row_functions()[0]
         nodes = sorted(nodes, key=lambda n: n.name)
         self.objects = nodes
+        # Values plugins derive from the node objects alone (see derived()).
+        self._derived: dict[str, Any] = {}
         self.names = [n.name for n in nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
         self.resources = table
@@ -526,7 +530,18 @@ class NodeTable:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_derived", {})
         self._charge_rows = row_functions()[0]
+
+    def derived(self, key: str, make: Callable[[], _T]) -> _T:
+        """The value ``make()`` derives from the node objects alone (their labels,
+        taints), made once per table under ``key``: the objects never change while the
+        table lives, and a replay's state keeps one table over all its sessions."""
+        try:
+            return self._derived[key]
+        except KeyError:
+            value = self._derived[key] = make()
+            return value
 
     def __len__(self) -> int:
         return len(self.names)

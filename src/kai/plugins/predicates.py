@@ -100,7 +100,7 @@ class PredicatesPlugin(Plugin):
                 affinity_cache[key] = mask
             return mask
 
-        tainted = any(n.taints for n in nodes)
+        tainted = ssn.nodes.derived("predicates.tainted", lambda: any(n.taints for n in nodes))
 
         def taint_fn(task: Task, job: Job) -> np.ndarray:
             if not tainted:

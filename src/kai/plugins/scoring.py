@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kai.api.model import Job, Task
+from kai.api.model import Job, NodeTable, Task
 from kai.api.resources import CPU, GPU
 from kai.framework import NodeInfo, Plugin, Session, register_plugin
 from kai.framework.kernel import GpuOrderKind, KernelScore, ScoreKind
@@ -52,15 +52,9 @@ class NodePlacementPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         nodes = ssn.nodes
-        gpu_capacity = nodes.allocatable[:, GPU].copy()
-        for i, node in enumerate(nodes.objects):
-            raw = node.labels.get(GPU_COUNT_LABEL)
-            if raw:
-                try:
-                    gpu_capacity[i] = float(raw)
-                except ValueError:
-                    pass
-        self.gpu_capacity = gpu_capacity
+        self.gpu_capacity = gpu_capacity = nodes.derived(
+            "nodeplacement.gpu_capacity", lambda: _labelled_gpu_capacity(nodes)
+        )
         backend = ssn.backend
 
         def score(task: Task, job: Job, candidates: np.ndarray) -> np.ndarray:
@@ -85,6 +79,20 @@ class NodePlacementPlugin(Plugin):
             cpu_binpack=self.cpu == "binpack",
             gpu_capacity=self.gpu_capacity,
         )
+
+
+def _labelled_gpu_capacity(nodes: NodeTable) -> np.ndarray:
+    """Each node's GPUs as its GPU count label gives them, else its allocatable GPUs."""
+    gpu_capacity = nodes.allocatable[:, GPU].copy()
+    for i, node in enumerate(nodes.objects):
+        raw = node.labels.get(GPU_COUNT_LABEL)
+        if raw:
+            try:
+                gpu_capacity[i] = float(raw)
+            except ValueError:
+                pass
+    gpu_capacity.flags.writeable = False  # kept for the table's lifetime, shared
+    return gpu_capacity
 
 
 class NodeAvailabilityPlugin(Plugin):
