@@ -17,30 +17,31 @@ DEFAULT_STALENESS_GRACE_PERIOD = 60.0  # seconds
 
 
 def is_stale(job: Job) -> bool:
-    if any(t.status is TaskStatus.SUCCEEDED for t in job.tasks):
-        return False
-    used = job.count(ACTIVE_USED)
+    used = 0
+    for task in job.tasks:
+        status = task.status
+        if status is TaskStatus.SUCCEEDED:
+            return False
+        if status in ACTIVE_USED:
+            used += 1
     return 0 < used < job.min_member
 
 
 def stale_gang_eviction(ssn: Session) -> None:
     default = ssn.cache.get("stalegangeviction.grace_period", DEFAULT_STALENESS_GRACE_PERIOD)
-    # A job with minMember <= 1 is never stale (0 < used < minMember): clear its stamp
-    # without the status scan and sort only the gangs that may be stale.
-    candidates = []
+    # A job that is not stale loses its stamp (in any order: staleness reads the job's
+    # own pods, which no other job's eviction changes); the stale ones are taken in
+    # name order.  A job with minMember <= 1 is never stale (0 < used < minMember).
+    stale = []
     for job in ssn.jobs.values():
-        if job.min_member > 1:
-            candidates.append(job)
-        elif job.tasks or not job.invalid_reason:
-            job.stale_timestamp = None
-            job.stale_since_set = None
-    for job in sorted(candidates, key=lambda j: j.key):
         if job.invalid_reason and not job.tasks:
             continue
-        if not is_stale(job):
+        if job.min_member > 1 and is_stale(job):
+            stale.append(job)
+        else:
             job.stale_timestamp = None
             job.stale_since_set = None
-            continue
+    for job in sorted(stale, key=lambda j: j.key):
         if job.stale_timestamp is None:
             job.stale_timestamp = ssn.now
             job.stale_since_set = ssn.now
