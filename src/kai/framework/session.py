@@ -190,6 +190,9 @@ def chained_order_key(keys: Sequence[Callable[[Any], Any]]) -> Callable[[Any], t
     if len(keys) == 2:
         first, second = keys
         return lambda x: (first(x), second(x), default_order_key(x))
+    if len(keys) == 3:  # the default plugins' job order (no generator to set up per key)
+        first, second, third = keys
+        return lambda x: (first(x), second(x), third(x), default_order_key(x))
     return lambda x: (*(k(x) for k in keys), default_order_key(x))
 
 
@@ -500,10 +503,18 @@ class Session:
         return fn(queue) if fn else None
 
     def reclaim_victim_filter(self, reclaimer: Job, victim: Job) -> bool:
-        return all(reg.fn(reclaimer, victim) for reg in self._regs.get("reclaim_victim_filter", ()))
+        return self._all_accept("reclaim_victim_filter", reclaimer, victim)
 
     def preempt_victim_filter(self, preemptor: Job, victim: Job) -> bool:
-        return all(reg.fn(preemptor, victim) for reg in self._regs.get("preempt_victim_filter", ()))
+        return self._all_accept("preempt_victim_filter", preemptor, victim)
+
+    def _all_accept(self, point: str, actor: Job, victim: Job) -> bool:
+        # Asked of every candidate victim of every search: a loop, not all() over a
+        # generator (whose setup costs more than the few filters it would call).
+        for reg in self._regs.get(point, ()):
+            if not reg.fn(actor, victim):
+                return False
+        return True
 
     def reclaim_scenario_valid(self, pending: Job, victims: list[Job], tasks: list[Task]) -> bool:
         regs = self._regs.get("reclaim_scenario_validator", ())

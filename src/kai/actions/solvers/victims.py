@@ -42,12 +42,12 @@ if TYPE_CHECKING:
 
 def potential_victim(ssn: Session, job: Job) -> bool:
     """What every eviction action asks of a victim job, whoever the preemptor is."""
-    return (
-        not job.invalid_reason
-        and job.preemptible
-        and job.queue in ssn.queues
-        and any(t.status in ACTIVE_ALLOCATED for t in job.tasks)
-    )
+    if job.invalid_reason or not job.preemptible or job.queue not in ssn.queues:
+        return False
+    for t in job.tasks:  # a loop: cheaper than any() over a generator on a pod or two
+        if t.status in ACTIVE_ALLOCATED:
+            return True
+    return False
 
 
 class VictimPool(LeafPool):
