@@ -418,7 +418,9 @@ def test_queue_sums_identical(seed: int) -> None:
             task.status = rng.choice(statuses)
             kind = rng.random()
             if kind < 0.1:
-                task.gpu_fraction = rng.choice((0.25, 0.5))
+                task.gpu_fraction = rng.choice((0.25, 0.5, 0.3))
+                if kind < 0.03:  # both: the fraction is what it charges
+                    task.gpu_memory_mib = 2000.0
             elif kind < 0.2 and on_nodes:
                 task.gpu_memory_mib, task.node = 2000.0, rng.choice([-1, *on_nodes])
             else:  # a fresh request vector now and then: the compiled reading caches one

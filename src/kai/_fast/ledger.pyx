@@ -173,13 +173,15 @@ def queue_sums(
     queue, or an invalid one, is not counted. Every pod's [cpu, memory, gpu] is added
     to each of its rows in the order of jobs and tasks (the order the reference's one
     bincount adds them in), so the sums are bit-identical. ``shared_vector(task,
-    allocated)`` gives the charge of a shared-GPU pod. The three (queues x 3) matrices
+    allocated)`` gives the charge of a pod asking for GPU memory (a device fraction
+    charges its request's cpu and memory and the fraction). The three (queues x 3) matrices
     receive the sums; they are expected zero.
     """
     cdef Py_buffer vr
     cdef Py_buffer v[3]  # request, allocated, allocated non-preemptible
     cdef Py_ssize_t n_q, n_rows, i, width = 0
     cdef double vec[3]
+    cdef double fraction
     cdef bint allocated, charge_np, non_preemptible
     cdef object path, job, task, status, core, request, last = None, shared
     cdef Py_ssize_t rows[MAX_QUEUE_DEPTH]
@@ -217,7 +219,8 @@ def queue_sums(
                     allocated = charge_np = False
                 else:
                     continue
-                if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+                fraction = task.gpu_fraction
+                if not fraction > 0 and task.gpu_memory_mib > 0:
                     shared = shared_vector(task, allocated)
                     vec[0], vec[1], vec[2] = shared[0], shared[1], shared[2]
                     last = None  # vec no longer holds a request's columns
@@ -235,6 +238,11 @@ def queue_sums(
                         finally:
                             PyBuffer_Release(&vr)
                         last = request
+                    if fraction > 0:
+                        # A device fraction charges the fraction wherever it runs
+                        # (queue_charge), without the callback.
+                        vec[2] = fraction
+                        last = None
                 _charge_path(<double*>v[0].buf, rows, n_rows, vec)
                 if allocated:
                     _charge_path(<double*>v[1].buf, rows, n_rows, vec)
