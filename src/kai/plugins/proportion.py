@@ -29,6 +29,7 @@ from kai.api.model import (
     Q_MEMORY,
     QUEUE_RESOURCES,
     Job,
+    NodeTable,
     QueueInfo,
     Task,
     TaskStatus,
@@ -180,6 +181,15 @@ def queue_vector(
         ssn, task, node=node, for_request=for_request, min_gpu_memory=min_gpu_memory
     )
     return np.array(charge, dtype=np.float64)
+
+
+def _ready_capacity(nodes: NodeTable) -> tuple[np.ndarray, np.ndarray]:
+    """Which nodes are ready, and the [cpu, memory, gpu] they have in all."""
+    ready = np.array([n.ready for n in nodes.objects], dtype=np.bool_)
+    alloc = nodes.allocatable[ready]
+    total = np.array([alloc[:, CPU].sum(), alloc[:, MEMORY].sum(), alloc[:, GPU].sum()])
+    ready.flags.writeable = total.flags.writeable = False  # kept for the table's lifetime
+    return ready, total
 
 
 class ProportionPlugin(Plugin):
@@ -447,9 +457,8 @@ class ProportionPlugin(Plugin):
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
         nodes = ssn.nodes
-        ready = np.array([n.ready for n in nodes.objects], dtype=np.bool_)
-        alloc = nodes.allocatable[ready]
-        total = np.array([alloc[:, CPU].sum(), alloc[:, MEMORY].sum(), alloc[:, GPU].sum()])
+        ready, ready_total = nodes.derived("proportion.ready", lambda: _ready_capacity(nodes))
+        total = ready_total.copy()
         for task in ssn.state.foreign_tasks:
             if task.node >= 0 and ready[task.node]:
                 total -= queue_vector(ssn, task)
