@@ -171,9 +171,10 @@ def _prefix_subsets(
     if bound.whole:
         baseline = bound.baseline  # whole numbers: exact in any order
     else:
-        outside = feasible.copy()
-        outside[np.array(order, dtype=np.intp)] = False
-        baseline = float(sum(base[outside].tolist()))  # summed in node order, as a loop would
+        # Summed in node order, one addition at a time, as a loop would (accumulate adds
+        # sequentially; sum() compensates the rounding from Python 3.12 on).
+        values = base[bound.outside(order)]
+        baseline = float(np.add.accumulate(values)[-1]) if len(values) else 0.0
     needed = demand - baseline
     total = 0.0
     start = 0
@@ -242,6 +243,21 @@ class _PrefixBound:
         self._position: dict[int, int] = {}
         # The node table and its version when ``base`` was last found the same.
         self.seen_at: tuple[object, int] | None = None
+        # The feasible nodes that bear no victim, as a mask, and how many entries of the
+        # state's node order it has taken out (see outside).
+        self._outside: np.ndarray | None = None
+        self._outside_taken = 0
+
+    def outside(self, order: list[int]) -> np.ndarray:
+        """The feasible nodes not in ``order`` (the state's victim-bearing nodes, which
+        only grow): kept across the accumulation steps, each taking out the new ones."""
+        if self._outside is None:
+            self._outside = self.feasible.copy()
+        mask, taken = self._outside, self._outside_taken
+        if taken < len(order):
+            mask[order[taken:]] = False
+            self._outside_taken = len(order)
+        return mask
 
     def take_in(
         self, state: AccumulatedState
