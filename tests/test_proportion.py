@@ -132,12 +132,29 @@ def test_what_victims_hold_is_summed_as_on_arrays():
     ssn.open(config.build_plugins())
     proportion = next(p for p in ssn.plugins if isinstance(p, ProportionPlugin))
     jobs = sorted(ssn.jobs.values(), key=lambda j: j.key)
-    for _ in range(20):
-        victims = rng.sample(jobs, rng.randint(1, len(jobs)))
-        expected = np.zeros(3)
+
+    def expected(victims):
+        out = np.zeros(3)
         for job in victims:
             for task in job.tasks:
                 if task.status in ALLOCATED:
-                    expected += queue_vector(ssn, task)
-        assert proportion._victims_held(victims) == expected.tolist()
+                    out += queue_vector(ssn, task)
+        return out.tolist()
+
+    for _ in range(20):
+        victims = rng.sample(jobs, rng.randint(1, len(jobs)))
+        assert list(proportion._victims_held(victims)) == expected(victims)
+        # Growing the list one job at a time, as a victim queue does (each sum goes on
+        # from the one before): the same sums.
+        for k in range(1, len(victims) + 1):
+            assert list(proportion._victims_held(victims[:k])) == expected(victims[:k])
+    # A pod that changes status changes what its job holds.
+    running = next(t for job in jobs for t in job.tasks if t.status in ALLOCATED)
+    victims = [running.job]
+    before = proportion._victims_held(victims)
+    stmt = ssn.statement()
+    stmt.evict(running, "test")
+    assert list(proportion._victims_held(victims)) == expected(victims) != list(before)
+    stmt.discard()
+    assert proportion._victims_held(victims) == before
     ssn.close()

@@ -218,6 +218,8 @@ class ProportionPlugin(Plugin):
         self.ssn = ssn
         self._add_vector = row_functions()[1]
         self._queue_columns = {}
+        self._held: dict[tuple[Job, ...], tuple[float, float, float]] = {}
+        self._held_stamp: tuple | None = None
         gpu_mem = ssn.nodes.gpu_memory_mib[ssn.nodes.gpu_memory_mib > 0]
         self.min_gpu_memory = float(gpu_mem.min()) if gpu_mem.size else 0.0
         self.max_gpu_memory = float(gpu_mem.max()) if gpu_mem.size else 0.0
@@ -696,20 +698,41 @@ class ProportionPlugin(Plugin):
             self.ssn.cache[key] = cached
         return cached
 
-    def _victims_held(self, victims: list[Job]) -> list[float]:
+    def _victims_held(self, victims: list[Job]) -> tuple[float, float, float]:
         """What the victims hold, as KAI counts a job's allocation: its allocated, binding,
         bound and running tasks (not the pipelined ones).  Summed task by task in Python
-        floats: the same additions, in the same order, as on arrays."""
-        cpu = memory = gpu = 0.0
+        floats: the same additions, in the same order, as on arrays.
+
+        A victim queue compares its leaves' victims so far plus one more job, again and
+        again: the sums are remembered per list of victims while no pod changes status
+        (the node table's version and the decisions stay the same), and a list one job
+        longer than a remembered one goes on from its sums (the same additions)."""
         ssn = self.ssn
-        for job in victims:
+        stamp = (ssn.nodes, ssn.nodes.version, len(ssn.decisions))
+        memo = self._held
+        if self._held_stamp != stamp:
+            memo.clear()
+            self._held_stamp = stamp
+        key = tuple(victims)
+        held = memo.get(key)
+        if held is not None:
+            return held
+        start = memo.get(key[:-1]) if len(key) > 1 else None
+        if start is None:
+            cpu = memory = gpu = 0.0
+            jobs = key
+        else:
+            cpu, memory, gpu = start
+            jobs = key[-1:]
+        for job in jobs:
             for task in job.tasks:
                 if task.status in ALLOCATED:
                     c, m, g = queue_charge(ssn, task)
                     cpu += c
                     memory += m
                     gpu += g
-        return [cpu, memory, gpu]
+        held = memo[key] = (cpu, memory, gpu)
+        return held
 
     # ------------------------------------------------------------ capacity
     def job_over_capacity(self, job: Job, tasks: list[Task]) -> str | None:
