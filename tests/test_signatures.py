@@ -134,6 +134,21 @@ def test_equal_job_is_skipped_and_smaller_job_tried():
     assert r.equivalent_failed(make_job("smaller", [(1, 1, 1)])) is None
 
 
+def test_a_job_is_judged_by_its_pods_statuses_when_asked():
+    """A job asked about again after some of its pods changed status (placed since) is
+    judged by the pods it still has to place, not as it was when first asked."""
+    r = reps()
+    a = make_job("a", [(1, 1, 1), (1, 1, 1)])
+    r.failed(a)
+    b = make_job("b", [(1, 1, 1), (1, 1, 1), (1, 1, 1)])
+    assert r.equivalent_failed(b) is None  # three pods to place: another signature
+    b.tasks[0].status = TaskStatus.RUNNING  # one was placed since
+    assert r.equivalent_failed(b) is a  # the same two pods as "a" left
+    assert r.footprint(b).tolist() == pending_footprint(b).tolist()
+    b.tasks[1].status = TaskStatus.RUNNING
+    assert r.equivalent_failed(b) is None  # one pod left: another signature
+
+
 def test_a_smaller_failure_replaces_the_representative():
     r = reps()
     big = make_job("big", [(1, 1, 4)])

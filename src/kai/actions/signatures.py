@@ -135,10 +135,33 @@ class FailedRepresentatives:
         self._queues: set[str | None] = set()
         self._pod_cache = _pod_signatures(ssn)
         self._memo: tuple[Job, tuple, np.ndarray | None] | None = None
+        # Per job, its pods' statuses when its key and its pending footprint were last
+        # made, with them: the passed-over check asks again for every job left after
+        # each failure, and most have not changed since.
+        self._keys: dict[Job, tuple[tuple[TaskStatus, ...], tuple]] = {}
+        self._footprints: dict[Job, tuple[tuple[TaskStatus, ...], np.ndarray]] = {}
 
     def key(self, job: Job) -> tuple:
+        statuses = tuple([t.status for t in job.tasks])
+        known = self._keys.get(job)
+        if known is not None and known[0] == statuses:
+            return known[1]
         signature = job_signature(job, self._pod_cache)
-        return (job.queue, signature) if self.per_queue else (signature,)
+        key = (job.queue, signature) if self.per_queue else (signature,)
+        self._keys[job] = (statuses, key)
+        return key
+
+    def footprint(self, job: Job) -> np.ndarray:
+        """:func:`pending_footprint` of ``job``, remembered while its pods' statuses hold
+        (read only: the representatives keep it)."""
+        statuses = tuple([t.status for t in job.tasks])
+        known = self._footprints.get(job)
+        if known is not None and known[0] == statuses:
+            return known[1]
+        footprint = pending_footprint(job)
+        footprint.flags.writeable = False
+        self._footprints[job] = (statuses, footprint)
+        return footprint
 
     def equivalent_failed(self, job: Job) -> Job | None:
         """The failed representative that ``job`` is not easier than (None: try the job)."""
@@ -150,7 +173,7 @@ class FailedRepresentatives:
         if rep is None:
             self._memo = (job, key, None)
             return None
-        footprint = pending_footprint(job)
+        footprint = self.footprint(job)
         self._memo = (job, key, footprint)
         return None if easier_than(footprint, rep.footprint) else rep.job
 
@@ -162,7 +185,7 @@ class FailedRepresentatives:
         else:
             key, footprint = self.key(job), None
         if footprint is None:
-            footprint = pending_footprint(job)
+            footprint = self.footprint(job)
         rep = self._reps.get(key)
         if rep is not None and not no_larger_than(footprint, rep.footprint):
             return
