@@ -206,3 +206,24 @@ def test_preempt_takes_over_reclaims_pools_unless_a_pod_moved(monkeypatch) -> No
         with monkeypatch.context() as patch:
             patch.setattr(eviction, "_kept_pool", fresh)
             assert kai.run_session(cluster, now=NOW).to_json() == shared, seed
+
+
+def test_a_pod_larger_than_every_node_is_not_reclaimed_for() -> None:
+    # A 3-GPU pod cannot fit any 2-GPU node, whatever is evicted: reclaim says so for
+    # its job and evicts nothing for it; a one-GPU job still reclaims.
+    snap = build(
+        {"n0": 2, "n1": 2},
+        [queue("q0", 1), queue("q1", 3)],
+        [
+            J("a", "q0", [T("Running", "n0"), T("Running", "n0")]),
+            J("b", "q0", [T("Running", "n1"), T("Running", "n1")]),
+            J("big", "q1", [T()], gpus=3),
+            J("c", "q1", [T()]),
+        ],
+    )
+    result = run(snap, ["reclaim"])
+    reason = result.pod_groups["ns/big"].reason or ""
+    too_large = "MaxNodePoolResources: pod ns/big-0 requests more nvidia.com/gpu than any node has"
+    assert too_large in reason
+    assert statuses(result)["big-0"] == ("Pending", None)
+    assert [d for d in decisions(result) if d[0] == "pipeline"] == [("pipeline", "c-0", "n1")]

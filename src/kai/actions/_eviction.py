@@ -26,14 +26,25 @@ def victim_invariant_problem(ssn: Session, job: Job, tasks: list[Task]) -> str |
         return "no nodes"
     cached = ssn.cache.get("eviction.largest_node")
     if cached is None or cached[0] is not alloc:
-        cached = ssn.cache["eviction.largest_node"] = (alloc, alloc.max(axis=0))
-    largest = cached[1]
+        seen_requests: dict[int, tuple[np.ndarray, int]] = {}
+        cached = ssn.cache["eviction.largest_node"] = (
+            alloc,
+            alloc.max(axis=0) + 1e-9,
+            seen_requests,
+        )
+    _, limit, seen = cached
     names = ssn.state.resources.names
     for task in tasks:
-        over = np.flatnonzero(task.request > largest + 1e-9)
-        if over.size:
+        # Checked once per request vector (a workload's pods share theirs): every
+        # passed-over check of every action asks again.
+        request = task.request
+        known = seen.get(id(request))
+        if known is None or known[0] is not request:
+            over = np.flatnonzero(request > limit)
+            known = seen[id(request)] = (request, int(over[0]) if over.size else -1)
+        if known[1] >= 0:
             return (
-                f"MaxNodePoolResources: pod {task.key} requests more {names[int(over[0])]} "
+                f"MaxNodePoolResources: pod {task.key} requests more {names[known[1]]} "
                 "than any node has"
             )
     return None
