@@ -137,6 +137,8 @@ class VictimCandidates:
         self.evictions: dict[Job, Eviction] = {}
         # Per leaf, its accepted jobs as read so far (see :class:`_LeafSteps`).
         self.steps: dict[str, _LeafSteps] = {}
+        # Per leaf (by its entries' list), where its accepted jobs are (see _Accepted).
+        self.accepted: dict[int, _Accepted] = {}
         # Leaf queues that may hold accepted jobs (``leaf_ok`` False: accept rejects all).
         self.leaves = [
             name
@@ -297,6 +299,34 @@ class _Pushed:
         return (other.key, other.seq) < (self.key, self.seq)
 
 
+class _Accepted:
+    """The positions of one leaf's accepted jobs, descending, as far as read: every victim
+    queue of a search reads the leaf from the top through the same filter, and finds the
+    next accepted job without asking the filter about the rejected ones again."""
+
+    __slots__ = ("entries", "neg", "low")
+
+    def __init__(self, entries: list[tuple[Any, int, Job]]) -> None:
+        self.entries = entries  # held: its id keys this in VictimCandidates.accepted
+        self.neg: list[int] = []  # the positions negated (ascending, for bisect)
+        self.low = len(entries)  # every position >= low has been read
+
+    def at_or_below(self, pos: int, accepts: Callable[[Job], bool]) -> int:
+        """The highest accepted position <= ``pos``; -1 when there is none."""
+        entries, neg = self.entries, self.neg
+        i = bisect_left(neg, -pos)
+        if i < len(neg):
+            return -neg[i]
+        while self.low > 0:
+            self.low -= 1
+            p = self.low
+            if accepts(entries[p][2]):
+                neg.append(-p)
+                if p <= pos:
+                    return p
+        return -1
+
+
 class _Leaf:
     __slots__ = ("entries", "pos", "cands", "pushed", "head")
 
@@ -310,14 +340,15 @@ class _Leaf:
     def _base_head(self) -> tuple[Any, int, Job] | None:
         from kai.actions.solvers.scenario import job_view
 
-        if self.head is None:
-            entries, accepts = self.entries, self.cands.accepts
-            while self.pos >= 0:
+        if self.head is None and self.pos >= 0:
+            entries, cands = self.entries, self.cands
+            accepted = cands.accepted.get(id(entries))
+            if accepted is None:
+                accepted = cands.accepted[id(entries)] = _Accepted(entries)
+            self.pos = accepted.at_or_below(self.pos, cands.accepts)
+            if self.pos >= 0:
                 key, seq, job = entries[self.pos]
-                if accepts(job):
-                    self.head = (key, seq, job_view(job, job.tasks))
-                    break
-                self.pos -= 1
+                self.head = (key, seq, job_view(job, job.tasks))
         return self.head
 
     def _pick(self) -> int:
