@@ -146,6 +146,13 @@ class VictimCandidates:
             if entries and (leaf_ok is None or leaf_ok(name))
         ]
 
+    def accepted_in(self, entries: list[tuple[Any, int, Job]]) -> _Accepted:
+        """Where the accepted jobs of the leaf with ``entries`` are, as read so far."""
+        accepted = self.accepted.get(id(entries))
+        if accepted is None:
+            accepted = self.accepted[id(entries)] = _Accepted(entries)
+        return accepted
+
     def accepts(self, job: Job) -> bool:
         ok = self.memo.get(job)
         if ok is None:
@@ -174,10 +181,10 @@ class _LeafSteps:
     __slots__ = (
         "entries",
         "_cands",
+        "_accepted",
         "positions",
         "neg",
         "gots",
-        "low",
         "_simple",
         "_arrays",
     )
@@ -189,10 +196,10 @@ class _LeafSteps:
         # Weakly: the candidates keep their leaves' steps (a strong reference back would
         # be a cycle, left to the garbage collector after the session).
         self._cands = weakref.ref(cands)
+        self._accepted = cands.accepted_in(entries)  # shared with the queues' leaves
         self.positions: list[int] = []  # descending
         self.neg: list[int] = []  # the same, negated (ascending, for bisect)
         self.gots: list[Eviction] = []
-        self.low = len(entries)  # every position >= low has been read
         self._simple: list[bool] = []  # per step, whether it is simple
         # Per step: simple, and the node, GPUs freed and resource row of a simple one.
         self._arrays = _StepArrays(width)
@@ -214,18 +221,17 @@ class _LeafSteps:
 
         cands = self._cands()
         assert cands is not None  # they outlive their steps
-        entries, accepts, memo = self.entries, cands.accepts, cands.evictions
-        while self.low > 0:
-            self.low -= 1
-            job = entries[self.low][2]
-            if not accepts(job):
-                continue
-            got = memo.get(job)
-            if got is None:
-                got = memo[job] = whole_job_eviction(ssn, job)
-            self._append(job, got)
-            return True
-        return False
+        below = (self.positions[-1] if self.positions else len(self.entries)) - 1
+        pos = self._accepted.at_or_below(below, cands.accepts)
+        if pos < 0:
+            return False
+        job = self.entries[pos][2]
+        memo = cands.evictions
+        got = memo.get(job)
+        if got is None:
+            got = memo[job] = whole_job_eviction(ssn, job)
+        self._append(pos, job, got)
+        return True
 
     def read(self, ssn: Session, count: int) -> None:
         """Read up to ``count`` more accepted jobs."""
@@ -233,9 +239,9 @@ class _LeafSteps:
             if not self.extend(ssn):
                 return
 
-    def _append(self, job: Job, got: Eviction) -> None:
-        self.positions.append(self.low)
-        self.neg.append(-self.low)
+    def _append(self, pos: int, job: Job, got: Eviction) -> None:
+        self.positions.append(pos)
+        self.neg.append(-pos)
         self.gots.append(got)
         _, more, _, prepared = got
         self._simple.append(
@@ -301,8 +307,9 @@ class _Pushed:
 
 class _Accepted:
     """The positions of one leaf's accepted jobs, descending, as far as read: every victim
-    queue of a search reads the leaf from the top through the same filter, and finds the
-    next accepted job without asking the filter about the rejected ones again."""
+    queue of a search, and its steps (:class:`_LeafSteps`), read the leaf from the top
+    through the same filter, and find the next accepted job without asking the filter
+    about the rejected ones again."""
 
     __slots__ = ("entries", "neg", "low")
 
@@ -313,6 +320,8 @@ class _Accepted:
 
     def at_or_below(self, pos: int, accepts: Callable[[Job], bool]) -> int:
         """The highest accepted position <= ``pos``; -1 when there is none."""
+        if pos < 0:
+            return -1
         entries, neg = self.entries, self.neg
         i = bisect_left(neg, -pos)
         if i < len(neg):
@@ -341,13 +350,10 @@ class _Leaf:
         from kai.actions.solvers.scenario import job_view
 
         if self.head is None and self.pos >= 0:
-            entries, cands = self.entries, self.cands
-            accepted = cands.accepted.get(id(entries))
-            if accepted is None:
-                accepted = cands.accepted[id(entries)] = _Accepted(entries)
-            self.pos = accepted.at_or_below(self.pos, cands.accepts)
+            cands = self.cands
+            self.pos = cands.accepted_in(self.entries).at_or_below(self.pos, cands.accepts)
             if self.pos >= 0:
-                key, seq, job = entries[self.pos]
+                key, seq, job = self.entries[self.pos]
                 self.head = (key, seq, job_view(job, job.tasks))
         return self.head
 
