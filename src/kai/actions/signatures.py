@@ -122,6 +122,16 @@ def no_larger_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
     return bool((footprint <= rep[:n]).all())
 
 
+@dataclass
+class _Known:
+    """A job's key and (once made) its pending footprint, while its pods' statuses are
+    ``statuses``."""
+
+    statuses: tuple[TaskStatus, ...]
+    key: tuple
+    footprint: np.ndarray | None = None
+
+
 class FailedRepresentatives:
     """The failed jobs of one action execution, keyed by signature (and leaf queue).
 
@@ -134,58 +144,47 @@ class FailedRepresentatives:
         self._reps: dict[tuple, Representative] = {}
         self._queues: set[str | None] = set()
         self._pod_cache = _pod_signatures(ssn)
-        self._memo: tuple[Job, tuple, np.ndarray | None] | None = None
-        # Per job, its pods' statuses when its key and its pending footprint were last
-        # made, with them: the passed-over check asks again for every job left after
-        # each failure, and most have not changed since.
-        self._keys: dict[Job, tuple[tuple[TaskStatus, ...], tuple]] = {}
-        self._footprints: dict[Job, tuple[tuple[TaskStatus, ...], np.ndarray]] = {}
+        # Per job, its pods' statuses when it was last asked about, its key and (once
+        # made) its pending footprint then: the passed-over check asks again about every
+        # job left after each failure, and most have not changed since.
+        self._known: dict[Job, _Known] = {}
+
+    def _known_of(self, job: Job) -> _Known:
+        """What is known of ``job`` as its pods' statuses are now."""
+        statuses = tuple([t.status for t in job.tasks])
+        known = self._known.get(job)
+        if known is None or known.statuses != statuses:
+            signature = job_signature(job, self._pod_cache)
+            key = (job.queue, signature) if self.per_queue else (signature,)
+            known = self._known[job] = _Known(statuses, key)
+        return known
 
     def key(self, job: Job) -> tuple:
-        statuses = tuple([t.status for t in job.tasks])
-        known = self._keys.get(job)
-        if known is not None and known[0] == statuses:
-            return known[1]
-        signature = job_signature(job, self._pod_cache)
-        key = (job.queue, signature) if self.per_queue else (signature,)
-        self._keys[job] = (statuses, key)
-        return key
+        return self._known_of(job).key
 
     def footprint(self, job: Job) -> np.ndarray:
         """:func:`pending_footprint` of ``job``, remembered while its pods' statuses hold
         (read only: the representatives keep it)."""
-        statuses = tuple([t.status for t in job.tasks])
-        known = self._footprints.get(job)
-        if known is not None and known[0] == statuses:
-            return known[1]
-        footprint = pending_footprint(job)
-        footprint.flags.writeable = False
-        self._footprints[job] = (statuses, footprint)
-        return footprint
+        known = self._known_of(job)
+        if known.footprint is None:
+            known.footprint = pending_footprint(job)
+            known.footprint.flags.writeable = False
+        return known.footprint
 
     def equivalent_failed(self, job: Job) -> Job | None:
         """The failed representative that ``job`` is not easier than (None: try the job)."""
-        self._memo = None
         if not self._reps or (self.per_queue and job.queue not in self._queues):
             return None
         key = self.key(job)
         rep = self._reps.get(key)
         if rep is None:
-            self._memo = (job, key, None)
             return None
         footprint = self.footprint(job)
-        self._memo = (job, key, footprint)
         return None if easier_than(footprint, rep.footprint) else rep.job
 
     def failed(self, job: Job) -> None:
         """Record a job whose victim search failed (not for lack of time)."""
-        memo, self._memo = self._memo, None
-        if memo is not None and memo[0] is job:
-            key, footprint = memo[1], memo[2]
-        else:
-            key, footprint = self.key(job), None
-        if footprint is None:
-            footprint = self.footprint(job)
+        key, footprint = self.key(job), self.footprint(job)
         rep = self._reps.get(key)
         if rep is not None and not no_larger_than(footprint, rep.footprint):
             return
