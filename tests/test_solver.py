@@ -607,7 +607,8 @@ def test_prefix_scenarios_match_sets_made_afresh(seed: int, bits_up_to: int, mon
 @pytest.mark.parametrize("seed", range(8))
 def test_placement_bound_shares_recorded_part(seed: int) -> None:
     """The placement pre-check over a probe's scenarios (recorded victims counted once)
-    agrees with checking each scenario from scratch."""
+    agrees with checking each scenario from scratch, compiled (kai._fast.bounds) or not."""
+    from kai import _fast
     from kai.actions.solvers import generators
     from kai.actions.solvers.job_solver import _PlacementBound, feasible_nodes
     from kai.actions.solvers.scenario import Scenario
@@ -626,6 +627,7 @@ def test_placement_bound_shares_recorded_part(seed: int) -> None:
                 within[t.node] = True
             shared = _PlacementBound(ssn, tasks[:k], within, recorded)
             fresh = _PlacementBound(ssn, tasks[:k], within, [])
+            reference = _PlacementBound(ssn, tasks[:k], within, recorded)
             for name in ("NodeLocalGreedy", "MultiNodeGang"):
                 cands = pool.candidates(lambda job, p=preemptor: job is not p)
                 gen_ = generators.GENERATORS[name](
@@ -635,6 +637,8 @@ def test_placement_bound_shares_recorded_part(seed: int) -> None:
                     alone = Scenario(sc.preemptor, sc.pending, list(sc.recorded), sc.batches)
                     ok = shared.may_fit(sc)
                     assert ok == fresh.may_fit(alone)
+                    with _fast.pure_python():
+                        assert ok == reference.may_fit(sc)
                     checked += 1
                     fits += ok
     assert 0 < fits < checked or seed % 3 == 2

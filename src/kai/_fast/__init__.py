@@ -5,7 +5,8 @@ a session's result (:mod:`kai._fast.collect`), converting parsed manifests to ty
 objects (:mod:`kai._fast.convert`) and reading a session's jobs into the fused allocate
 loop's columns and its placements back (:mod:`kai._fast.loop`) make or read one to
 three Python objects per pod; laying a victim-search simulation's participants out in
-arrays (:mod:`kai._fast.layout`) makes about twenty small arrays per simulation.
+arrays (:mod:`kai._fast.layout`) makes about twenty small arrays per simulation, and the
+search's counting bound (:mod:`kai._fast.bounds`) adds up a dozen batches per scenario.
 These modules are Cython, compiled by the same CMake build as the C++ core. Each takes
 the common case and hands anything else (an unusual field, an input error, a shared
 GPU) to the pure-Python code it speeds up, which stays the reference: both give
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-NAMES = ("build", "collect", "convert", "layout", "ledger", "loop")
+NAMES = ("bounds", "build", "collect", "convert", "layout", "ledger", "loop")
 
 _modules: dict[str, ModuleType | None] = {}
 _disabled = os.environ.get("KAI_PURE_PYTHON", "") not in ("", "0")

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kai import _fast
 from kai.actions.solvers.budget import ActionBudget, JobBudget
 from kai.actions.solvers.generators import GENERATORS, Generator
 from kai.actions.solvers.scenario import (
     COUNT_SLACK,
     Fingerprint,
     Scenario,
+    VictimBatch,
     gpu_freed,
     gpu_slot_needs,
     gpu_slots_suffice,
@@ -339,11 +341,10 @@ class _PlacementBound:
             self.base = node_gpu_capacity(ssn)
             self.within = within
             self.recorded = recorded
-            self._shared: tuple[np.ndarray, np.ndarray, list[int]] | None = None
-            # Per node its shared capacity and whether it is counted, as Python values:
-            # the session's state is the same at every check of the probe (each
-            # simulation is undone before the next scenario).
-            self._nodes: dict[int, tuple[float, bool]] = {}
+            # The recorded victims' part, made at the first check (the session's state
+            # is the same at every check of the probe: each simulation is undone before
+            # the next scenario).
+            self._shared: SlotBound | None = None
 
     def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
         """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
@@ -365,33 +366,59 @@ class _PlacementBound:
         if scenario.recorded is not self.recorded:
             capacity, mask = self._capacity(scenario.victim_tasks())
             return gpu_slots_suffice(capacity[mask], self.requests, self.needs)
-        if self._shared is None:
+        shared = self._shared
+        if shared is None:
             capacity, mask = self._capacity(self.recorded)
             slots = [int(np.floor((capacity[mask] + COUNT_SLACK) / v).sum()) for v, _ in self.needs]
-            self._shared = (capacity, mask, slots)
-        capacity, mask, slots = self._shared
-        at_node = self._nodes
-        ssn = self.ssn
-        # What the batches free per node, added to the nodes' capacities in the order
-        # victim_tasks lists them.  A scenario's batches share no pod with each other or
-        # with the recorded victims (an accumulation never takes a pod twice and leaves
-        # the recorded ones out), so each batch's own sums are what it adds.
-        changed: dict[int, float] = {}
-        for batch in scenario.batches:
+            fast = _fast.module("bounds")
+            bound = fast.SlotBound if fast is not None else SlotBound
+            shared = self._shared = bound(capacity, mask, self.needs, slots, COUNT_SLACK)
+        # A scenario's batches share no pod with each other or with the recorded victims
+        # (an accumulation never takes a pod twice and leaves the recorded ones out), so
+        # each batch's own sums are what it adds.
+        return shared.fits(scenario.batches, self.ssn)
+
+
+class SlotBound:
+    """Whether whole-GPU pods asking for the sizes of ``needs`` could still fit the
+    slots of a probe's nodes once a scenario's batches are evicted too.
+
+    ``capacity``: per node, its GPUs once the recorded victims are gone; ``inside``: the
+    nodes the simulation may use; ``needs``: per request size v (:func:`gpu_slot_needs`),
+    the pods asking for >= v GPUs; ``slots``: per size, the v-sized slots of the
+    ``inside`` nodes.  The reference of ``kai._fast.bounds.SlotBound``, which gives the
+    same answers.
+    """
+
+    def __init__(
+        self,
+        capacity: np.ndarray,
+        inside: np.ndarray,
+        needs: list[tuple[float, int]],
+        slots: list[int],
+        slack: float,
+    ) -> None:
+        self.capacity = capacity
+        self.inside = inside
+        self.needs = needs
+        self.slots = slots
+        self.slack = slack
+
+    def fits(self, batches: list[VictimBatch], ssn: Session) -> bool:
+        """Whether the slots suffice once ``batches`` (sharing no pod with each other nor
+        with the recorded victims) are evicted as well: each touched node's slots are
+        counted again with what the batches free there, added in their order."""
+        now: dict[int, float] = {}
+        for batch in batches:
             for node, freed in batch.freed_per_node(ssn):
-                old = changed.get(node)
-                if old is None:
-                    known = at_node.get(node)
-                    if known is None:
-                        known = at_node[node] = (float(capacity[node]), bool(mask[node]))
-                    old = known[0]
-                changed[node] = old + freed
-        for (v, need), have in zip(self.needs, slots):
-            for node, new in changed.items():
-                before, inside = at_node[node]
-                if inside:
-                    have -= math.floor((before + COUNT_SLACK) / v)
-                have += math.floor((new + COUNT_SLACK) / v)
+                old = now.get(node)
+                now[node] = (float(self.capacity[node]) if old is None else old) + freed
+        slack = self.slack
+        for (v, need), have in zip(self.needs, self.slots):
+            for node, new in now.items():
+                if self.inside[node]:
+                    have -= math.floor((float(self.capacity[node]) + slack) / v)
+                have += math.floor((new + slack) / v)
             if have < need:
                 return False
         return True
