@@ -107,6 +107,8 @@ class Replacer {
   std::vector<i64> within_nodes_;  // the nodes the simulation may place on, ascending
   i64 remaining_ = 0;
   std::vector<bool> popped_;  // [M]: the participants popped so far
+  double most_ = 0.0;         // most_free(), while most_known_
+  bool most_known_ = false;
   i64 replaced_ = 0;          // the victims placed again
 
   // Statement.evict of each victim (running or bound: on idle capacity), in order: its
@@ -245,15 +247,33 @@ class Replacer {
     return need <= 0 || need <= most_free() + s_.count_slack;
   }
 
-  // simulate._GpuRoom.most: the most idle + releasing GPUs of a node it may use.
-  double most_free() const {
-    double most = -std::numeric_limits<double>::infinity();
-    const i64 g = in_.gpu;
-    for (const i64 n : within_nodes_) {
-      const double free = idle_[n * R_ + g] + rel_[n * R_ + g];
-      if (free > most) most = free;
+  // simulate._GpuRoom.most: the most idle + releasing GPUs of a node it may use.  Asked
+  // at every participant's turn, it is kept as the rows change (rows()) and read again
+  // from every node only when the node that had the most loses some.
+  double most_free() {
+    if (!most_known_) {
+      double most = -std::numeric_limits<double>::infinity();
+      for (const i64 n : within_nodes_) {
+        const double free = gpu_free(n);
+        if (free > most) most = free;
+      }
+      most_ = most;
+      most_known_ = true;
     }
-    return most;
+    return most_;
+  }
+
+  double gpu_free(i64 n) const { return idle_[n * R_ + in_.gpu] + rel_[n * R_ + in_.gpu]; }
+
+  // Node n's GPU room went from ``before`` to its value now.
+  void room_changed(i64 n, double before) {
+    if (!most_known_ || !s_.within[n]) return;
+    const double now = gpu_free(n);
+    if (now > most_) {
+      most_ = now;
+    } else if (before == most_ && now < most_) {
+      most_known_ = false;  // it may have been the only one with the most
+    }
   }
 
   // proportion.job_over_capacity of participant m's pods
@@ -290,6 +310,7 @@ class Replacer {
   void rows(i64 n, i64 t, Rows kind, bool add) { rows(n, s_.t_req + t * R_, kind, add); }
   void rows(i64 n, const double* r, Rows kind, bool add) {
     if (alike_) chooser_.changed(n);
+    const double before = gpu_free(n);
     double* id = idle_.data() + n * R_;
     double* rl = rel_.data() + n * R_;
     for (i64 k = 0; k < R_; ++k) {
@@ -313,6 +334,7 @@ class Replacer {
         }
       }
     }
+    room_changed(n, before);
   }
 
   // The proportion plugin's _charge of an allocate (add) or deallocate event.
