@@ -17,7 +17,7 @@ import pytest
 
 import kai.bench as bench
 from kai import _fast
-from kai.actions.solvers import replacement
+from kai.actions.solvers import replacement, simulate
 from kai.actions.solvers.replacement import VERIFY_ENV, ReplacementCheck
 from kai.bench_clusters import NOW, random_cluster
 from kai.engine import Snapshot, run_session
@@ -115,6 +115,46 @@ def test_bench_scenarios_decide_the_same(name: str, size: str, monkeypatch, verd
     _without_compiled(monkeypatch)
     assert session() == compiled
     assert sum(verdicts.values()) > 0
+
+
+@pytest.fixture
+def judged(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """The judgements of placed simulations on their pods alone, counted by answer."""
+    counts: Counter = Counter()
+    original = simulate.judge_placements
+
+    def counted(*args, **kw):
+        answer = original(*args, **kw)
+        counts[answer] += 1
+        return answer
+
+    monkeypatch.setattr(simulate, "judge_placements", counted)
+    return counts
+
+
+def test_placed_simulations_are_judged_on_their_pods_as_on_their_statement(
+    monkeypatch, judged
+) -> None:
+    """A simulation the core places is judged by reclaim's and preempt's validators on
+    its pods set as the steps leave them; under verification the statement is made too
+    and its validation must give the same answer, valid or not (else it raises)."""
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    for seed in SEEDS:
+        _session(_random(seed), actions=ACTIONS)
+    for name in ("reclaim-storm", "preempt-storm"):
+        scenario = bench.SCENARIOS[name]
+        snapshot = Snapshot(scenario.build(scenario.sizes["small"]).objects())
+        _session(snapshot, config=bench.scenario_config(scenario), actions=scenario.actions)
+    assert judged[True] > 0 and judged[False] > 0, judged
+
+
+@pytest.mark.parametrize("seed", SEEDS[::4])
+def test_sessions_decide_the_same_without_the_pods_only_judgement(seed: int, monkeypatch) -> None:
+    """Refusing a placed simulation on its pods' judgement, without its statement, changes
+    no decision: the same sessions with every placed simulation's statement made."""
+    judging = _session(_random(seed), actions=ACTIONS)
+    monkeypatch.setattr(simulate, "judge_placements", lambda *args, **kw: None)
+    assert _session(_random(seed), actions=ACTIONS) == judging
 
 
 def test_bad_arrays_are_refused(monkeypatch) -> None:

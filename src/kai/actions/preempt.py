@@ -11,6 +11,7 @@ from __future__ import annotations
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
 from kai.actions.solvers.scenario import Scenario
+from kai.actions.solvers.simulate import PodStatusValidator, Validator
 from kai.api.model import Job, Task
 from kai.framework.session import Session, tasks_to_allocate
 
@@ -31,11 +32,13 @@ def preempt(ssn: Session) -> None:
             and ssn.preempt_victim_filter(preemptor, job)
         )
 
-    def validator(preemptor: Job):
+    def validator(preemptor: Job) -> Validator:
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
             jobs = list(dict.fromkeys(t.job for t in preempted))
             return ssn.preempt_scenario_valid(preemptor, jobs, preempted)
 
+        if ssn.validators_read_pods_only("preempt_scenario_validator"):
+            return PodStatusValidator(check)
         return check
 
     run_eviction_action(

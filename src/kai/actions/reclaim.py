@@ -13,6 +13,7 @@ from __future__ import annotations
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
 from kai.actions.solvers.scenario import Scenario
+from kai.actions.solvers.simulate import PodStatusValidator, Validator
 from kai.api.model import Job, Task
 from kai.framework.session import Session
 
@@ -22,11 +23,13 @@ def reclaim(ssn: Session) -> None:
         """Beyond a potential victim (valid, preemptible, running, known queue)."""
         return job.queue != reclaimer.queue and ssn.reclaim_victim_filter(reclaimer, job)
 
-    def validator(reclaimer: Job):
+    def validator(reclaimer: Job) -> Validator:
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
             jobs = list(dict.fromkeys(t.job for t in preempted))
             return ssn.reclaim_scenario_valid(reclaimer, jobs, preempted)
 
+        if ssn.validators_read_pods_only("reclaim_scenario_validator"):
+            return PodStatusValidator(check)
         return check
 
     def refuse(job: Job) -> str | None:

@@ -146,6 +146,9 @@ class _Reg:
     # queue_order: a function of one job (or None) that says all the comparison reads
     # of the job, when the plugin declares one (see Session.queue_order_job_key).
     job_key: Callable[[Job | None], Any] | None = None
+    # scenario validators: whether ``fn`` reads nothing a simulation changes but its pods'
+    # statuses, nodes and eviction marks (see Session.add_reclaim_scenario_validator_fn).
+    reads_pods_only: bool = False
 
 
 class PredicateError(Exception):
@@ -261,9 +264,16 @@ class Session:
         return Statement(self)
 
     # ------------------------------------------------------------- registration
-    def _add(self, point: str, fn: Any, job_key: Callable[[Job | None], Any] | None = None) -> None:
+    def _add(
+        self,
+        point: str,
+        fn: Any,
+        job_key: Callable[[Job | None], Any] | None = None,
+        *,
+        reads_pods_only: bool = False,
+    ) -> None:
         tier, plugin = self._current
-        self._regs[point].append(_Reg(tier, plugin, fn, job_key))
+        self._regs[point].append(_Reg(tier, plugin, fn, job_key, reads_pods_only))
         if point == "task_order":
             self._task_key = False
             self._task_orders.clear()
@@ -325,12 +335,29 @@ class Session:
     def add_preempt_victim_filter_fn(self, fn: Callable[[Job, Job], bool]) -> None:
         self._add("preempt_victim_filter", fn)
 
-    def add_reclaim_scenario_validator_fn(self, fn: Callable[..., bool]) -> None:
-        """fn(pending_job, victim_jobs, victim_tasks) -> bool."""
-        self._add("reclaim_scenario_validator", fn)
+    def add_reclaim_scenario_validator_fn(
+        self, fn: Callable[..., bool], *, reads_pods_only: bool = False
+    ) -> None:
+        """fn(pending_job, victim_jobs, victim_tasks) -> bool.
 
-    def add_preempt_scenario_validator_fn(self, fn: Callable[..., bool]) -> None:
-        self._add("preempt_scenario_validator", fn)
+        ``reads_pods_only``: ``fn`` reads nothing that a simulation changes but pods'
+        statuses, nodes and eviction marks (not the node table, nor the queues'
+        allocations, nor a cache that no queue version keys).  A simulation may then be
+        judged on its pods set as its statement would leave them, without making the
+        statement (kai.actions.solvers.simulate).
+        """
+        self._add("reclaim_scenario_validator", fn, reads_pods_only=reads_pods_only)
+
+    def add_preempt_scenario_validator_fn(
+        self, fn: Callable[..., bool], *, reads_pods_only: bool = False
+    ) -> None:
+        """fn(pending_job, victim_jobs, victim_tasks) -> bool; ``reads_pods_only`` as for
+        :meth:`add_reclaim_scenario_validator_fn`."""
+        self._add("preempt_scenario_validator", fn, reads_pods_only=reads_pods_only)
+
+    def validators_read_pods_only(self, point: str) -> bool:
+        """Whether every validator registered at ``point`` declares ``reads_pods_only``."""
+        return all(reg.reads_pods_only for reg in self._regs.get(point, ()))
 
     def add_reclaimable_fn(self, fn: Callable[[Task, list[Task]], list[Task] | None]) -> None:
         self._add("reclaimable", fn)
@@ -764,6 +791,11 @@ class Session:
         return [gid for _, _, gid in scored]
 
     # ---------------------------------------------------------------- events
+    def bump_queue_versions(self, task: Task) -> None:
+        """Bump the versions of ``task``'s queue and its ancestors, as an event on the task
+        does: what is kept by those versions is read again."""
+        self._bump_queue_versions(task)
+
     def _bump_queue_versions(self, task: Task) -> None:
         job = task.job
         name = job.queue if job is not None else None

@@ -178,8 +178,9 @@ class MinRuntimePlugin(Plugin):
         ssn.cache[self.name] = self
         ssn.add_reclaim_victim_filter_fn(self.reclaim_victim_filter)
         ssn.add_preempt_victim_filter_fn(self.preempt_victim_filter)
-        ssn.add_reclaim_scenario_validator_fn(self.reclaim_scenario_validator)
-        ssn.add_preempt_scenario_validator_fn(self.preempt_scenario_validator)
+        # The validators read the victims' jobs' pod statuses and start times alone.
+        ssn.add_reclaim_scenario_validator_fn(self.reclaim_scenario_validator, reads_pods_only=True)
+        ssn.add_preempt_scenario_validator_fn(self.preempt_scenario_validator, reads_pods_only=True)
 
     def on_session_close(self, ssn: Session) -> None:
         self.ssn = None

@@ -348,5 +348,8 @@ def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:
     rules = ReclaimRules(plugin, ssn)
     ssn.add_can_reclaim_resources_fn(rules.can_reclaim)
     ssn.add_reclaim_victim_filter_fn(rules.filter_victim)
-    ssn.add_reclaim_scenario_validator_fn(rules.reclaimable)
+    # The validator reads the queues as they were when the job's search started (frozen),
+    # and of the pods only their statuses (the reclaimer's next request, kept by its
+    # queue's version): a simulation may be judged without its statement.
+    ssn.add_reclaim_scenario_validator_fn(rules.reclaimable, reads_pods_only=True)
     ssn.add_on_job_solution_start_fn(rules.on_job_solution_start)

@@ -166,6 +166,24 @@ class Verdict:
             else:
                 stmt.rollback(checkpoint)
 
+    def placements(self) -> dict[Task, int]:
+        """Where the steps leave each pod they place (a gang rolled back places none)."""
+        assert self.steps is not None and self.pods is not None
+        pods = self.pods
+        placed: dict[Task, int] = {}
+        since: list[Task] = []  # placed since the last checkpoint
+        for kind, a, b in self.steps.tolist():
+            if kind == _PLACE:
+                placed[pods[a]] = b
+                since.append(pods[a])
+            elif kind == _CHECKPOINT:
+                since = []
+            else:
+                for task in since:
+                    del placed[task]
+                since = []
+        return placed
+
 
 _NOT_DECIDED = Verdict(None)
 _REFUSED_VERDICT = Verdict(False)

@@ -10,7 +10,8 @@ Releasing.  The scenario must then pass the validator.  Anything else rolls back
 Where the compiled re-placement takes a simulation (kai.actions.solvers.replacement) it
 decides it instead of the loop: a refusal ends the simulation at once, and for one that
 places the preemptor its recorded steps make the loop's statement, which the validator
-then reads.
+then reads.  A validator that reads only the pods (:class:`PodStatusValidator`) first
+judges the steps' outcome on the pods alone: a simulation it refuses needs no statement.
 """
 
 from __future__ import annotations
@@ -39,6 +40,20 @@ class Simulation:
 
 
 Validator = Callable[[Scenario, list[Task], list[Task]], bool]
+
+
+@dataclass(frozen=True)
+class PodStatusValidator:
+    """A validator that reads nothing a simulation changes but its pods' statuses, nodes
+    and eviction marks (every validator it calls was registered ``reads_pods_only``).
+    A simulation the compiled re-placement decided is then judged on its pods set as
+    its statement would leave them (:func:`judge_placements`), and one it refuses
+    needs no statement at all."""
+
+    fn: Validator
+
+    def __call__(self, scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
+        return self.fn(scenario, preempted, moved)
 
 
 def eviction_reason(action: str, preemptor: Job) -> str:
@@ -174,6 +189,13 @@ def simulate(
             return Simulation(False)
     compiled = verdict.placed if verdict is not None else None
     victims, within, victim_jobs = scenario.victims_within(feasible)
+    judged = None
+    if verdict is not None and verdict.placed and isinstance(validator, PodStatusValidator):
+        # Most placed simulations of a contended cluster fail their validator: judged on
+        # the pods alone, those need no statement.
+        judged = judge_placements(ssn, verdict.placements(), victims, scenario, validator)
+        if judged is False and not (check is not None and check.verify):
+            return _failed(check)
     reason = eviction_reason(action, scenario.preemptor)
     stmt = _evict(ssn, victims, reason)
     if check is not None and verdict is not None and verdict.placed:
@@ -200,12 +222,72 @@ def simulate(
     preempted = _left(victims)
     moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
     _verify(compiled, not (every_victim and preempted), scenario)
-    if not validator(scenario, preempted, moved):
+    valid = validator(scenario, preempted, moved)
+    if check is not None and check.verify and judged is not None and judged != valid:
+        raise AssertionError(
+            f"the validator judged the placements {'valid' if judged else 'invalid'}, "
+            f"the simulation's statement {'valid' if valid else 'invalid'}: {scenario!r}"
+        )
+    if not valid:
         stmt.discard()
         return _failed(check)
     if check is not None:
         check.account(True)
     return Simulation(True, stmt, preempted, moved)
+
+
+#: The victims the pods-only judgement takes: running or bound before the session (their
+#: eviction leaves them releasing where they are, and nothing else).
+_RUNNING = (TaskStatus.RUNNING, TaskStatus.BOUND)
+
+
+def judge_placements(
+    ssn: Session,
+    placed: dict[Task, int],
+    victims: list[Task],
+    scenario: Scenario,
+    validator: PodStatusValidator,
+) -> bool | None:
+    """The validator's answer on the simulation whose re-placement leaves ``placed`` (pod
+    to node), with its pods set as the statement would leave them, then set back:
+    every victim evicted (releasing, marked), a victim placed on its own node un-evicted,
+    one placed elsewhere pipelined there (still marked: it runs where it was), and a
+    pending pod pipelined.  Each change bumps its queues' versions, as the statement's
+    events do, so what is kept by them is read again, then again once set back.  None
+    (not judged) when a victim is not running or bound before the session.
+    """
+    for task in victims:
+        if task.status not in _RUNNING or task.virtually_evicted or task.node < 0:
+            return None
+    evicted = set(victims)
+    changed: list[tuple[Task, TaskStatus, int, bool]] = []
+    try:
+        for task in victims:
+            changed.append((task, task.status, task.node, task.virtually_evicted))
+            node = placed.get(task)
+            if node == task.node:
+                continue  # un-evicted: as it was
+            task.status = TaskStatus.RELEASING if node is None else TaskStatus.PIPELINED
+            task.node = task.node if node is None else node
+            task.virtually_evicted = True
+            ssn.bump_queue_versions(task)
+        for task, node in placed.items():
+            if task in evicted:
+                continue
+            changed.append((task, task.status, task.node, task.virtually_evicted))
+            task.status = TaskStatus.PIPELINED
+            task.node = node
+            ssn.bump_queue_versions(task)
+        preempted = [t for t in victims if t.status is TaskStatus.RELEASING]
+        moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
+        return validator(scenario, preempted, moved)
+    finally:
+        for task, status, node, marked in changed:
+            if task.status is not status or task.node != node:
+                task.status = status
+                task.node = node
+                task.virtually_evicted = marked
+                ssn.bump_queue_versions(task)
 
 
 def _failed(check: ReplacementCheck | None) -> Simulation:
