@@ -200,6 +200,17 @@ def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -
         return arrays
 
     monkeypatch.setattr(ReplacementCheck, "_victims", counted)
+    # Placed simulations with such victims are judged on their pods too (and verified).
+    judged_binding: Counter = Counter()
+    judge = simulate.judge_placements
+
+    def judged(ssn, placed, victims, scenario, validator):
+        answer = judge(ssn, placed, victims, scenario, validator)
+        if any(t.status.name == "BINDING" for t in victims):
+            judged_binding[answer] += 1
+        return answer
+
+    monkeypatch.setattr(simulate, "judge_placements", judged)
 
     @SETTINGS
     @given(clusters(contested=True))
@@ -209,6 +220,7 @@ def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -
 
     check()
     assert sum(bound_in_session) > 0, (bound_in_session, verdicts)  # each one verified
+    assert judged_binding[None] == 0 and sum(judged_binding.values()) > 0, judged_binding
 
 
 def test_the_credit_follows_every_simulations_outcome(monkeypatch) -> None:

@@ -433,8 +433,9 @@ class Replacer {
         record(Step::kRollback, m, -1);
         return;
       }
-      record(Step::kPlace, t, n);
-      placed.emplace_back(n, place(m, t, n));
+      const i64 how = place(m, t, n);
+      record(how == kRetook ? Step::kRetake : Step::kPlace, t, n);
+      placed.emplace_back(n, how);
     }
     for (i64 t = first(m); t < last(m); ++t) replaced_ += victim(t) ? 1 : 0;
   }
@@ -446,8 +447,8 @@ class Replacer {
     for (i64 t = first(m); t < last(m); ++t) {
       const i64 n = pick(t);
       if (n < 0) return false;
-      record(Step::kPlace, t, n);
-      place(m, t, n);
+      const i64 how = place(m, t, n);
+      record(how == kRetook ? Step::kRetake : Step::kPlace, t, n);
     }
     return true;
   }

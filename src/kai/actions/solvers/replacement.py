@@ -60,7 +60,7 @@ _COLUMNS = tuple(int(c) for c in QUEUE_COLUMNS)
 _PLACED, _VICTIM_LEFT, _UNDECIDED = 1, 2, 3
 
 #: kai/simulation.hpp's ``Step`` kinds.
-_CHECKPOINT, _PLACE, _ROLLBACK = 0, 1, 2
+_CHECKPOINT, _PLACE, _ROLLBACK, _RETAKE = 0, 1, 2, 3
 
 #: Where a session keeps its check (``ssn.cache``).
 CHECK_KEY = "solver.replacement_check"
@@ -159,22 +159,24 @@ class Verdict:
         pods = self.pods
         checkpoint = 0
         for kind, a, b in self.steps.tolist():
-            if kind == _PLACE:
+            if kind == _PLACE or kind == _RETAKE:  # the statement tells the two apart itself
                 stmt.pipeline(pods[a], b)
             elif kind == _CHECKPOINT:
                 checkpoint = stmt.checkpoint()
             else:
                 stmt.rollback(checkpoint)
 
-    def placements(self) -> dict[Task, int]:
-        """Where the steps leave each pod they place (a gang rolled back places none)."""
+    def placements(self) -> dict[Task, tuple[int, bool]]:
+        """Where the steps leave each pod they place (a gang rolled back places none), and
+        whether a pod bound in the session is pipelined onto its vacated place there
+        instead of bound again (kai/simulation.hpp's ``kRetake``)."""
         assert self.steps is not None and self.pods is not None
         pods = self.pods
-        placed: dict[Task, int] = {}
+        placed: dict[Task, tuple[int, bool]] = {}
         since: list[Task] = []  # placed since the last checkpoint
         for kind, a, b in self.steps.tolist():
-            if kind == _PLACE:
-                placed[pods[a]] = b
+            if kind == _PLACE or kind == _RETAKE:
+                placed[pods[a]] = (b, kind == _RETAKE)
                 since.append(pods[a])
             elif kind == _CHECKPOINT:
                 since = []

@@ -236,49 +236,57 @@ def simulate(
     return Simulation(True, stmt, preempted, moved)
 
 
-#: The victims the pods-only judgement takes: running or bound before the session (their
-#: eviction leaves them releasing where they are, and nothing else).
-_RUNNING = (TaskStatus.RUNNING, TaskStatus.BOUND)
-
-
 def judge_placements(
     ssn: Session,
-    placed: dict[Task, int],
+    placed: dict[Task, tuple[int, bool]],
     victims: list[Task],
     scenario: Scenario,
     validator: PodStatusValidator,
 ) -> bool | None:
     """The validator's answer on the simulation whose re-placement leaves ``placed`` (pod
-    to node), with its pods set as the statement would leave them, then set back:
-    every victim evicted (releasing, marked), a victim placed on its own node un-evicted,
-    one placed elsewhere pipelined there (still marked: it runs where it was), and a
-    pending pod pipelined.  Each change bumps its queues' versions, as the statement's
-    events do, so what is kept by them is read again, then again once set back.  None
-    (not judged) when a victim is not running or bound before the session.
+    to node, and whether it retook a vacated place: :meth:`Verdict.placements`), with
+    its pods set as the statement would leave them, then set back.
+
+    A victim running or bound before the session is evicted (releasing, marked); put
+    back on its node it is un-evicted, placed elsewhere it is pipelined there (still
+    marked: it runs where it was).  A victim bound in the session goes back to pending;
+    put back on its node its binding is restored (or, retaking its vacated place, it
+    is pipelined there), placed elsewhere it is pipelined.  A pending pod placed is
+    pipelined.  Each change bumps its queues' versions, as the statement's events do,
+    so what is kept by them is read again, then again once set back.  None (not
+    judged) for a victim in another state.
     """
     for task in victims:
-        if task.status not in _RUNNING or task.virtually_evicted or task.node < 0:
+        if task.virtually_evicted or task.node < 0:
+            return None
+        if task.status not in _RUNNING and not (
+            task.status is TaskStatus.BINDING and not task.pod.node_name
+        ):
             return None
     evicted = set(victims)
     changed: list[tuple[Task, TaskStatus, int, bool]] = []
     try:
         for task in victims:
             changed.append((task, task.status, task.node, task.virtually_evicted))
-            node = placed.get(task)
-            if node == task.node:
-                continue  # un-evicted: as it was
-            task.status = TaskStatus.RELEASING if node is None else TaskStatus.PIPELINED
-            task.node = task.node if node is None else node
-            task.virtually_evicted = True
+            node, retook = placed.get(task, (-1, False))
+            if node == task.node and not retook:
+                continue  # un-evicted, or bound again: as it was
+            if task.status is TaskStatus.BINDING:
+                task.status = TaskStatus.PENDING if node < 0 else TaskStatus.PIPELINED
+                task.node = node
+            else:
+                task.status = TaskStatus.RELEASING if node < 0 else TaskStatus.PIPELINED
+                task.node = task.node if node < 0 else node
+                task.virtually_evicted = True
             ssn.bump_queue_versions(task)
-        for task, node in placed.items():
+        for task, (node, _) in placed.items():
             if task in evicted:
                 continue
             changed.append((task, task.status, task.node, task.virtually_evicted))
             task.status = TaskStatus.PIPELINED
             task.node = node
             ssn.bump_queue_versions(task)
-        preempted = [t for t in victims if t.status is TaskStatus.RELEASING]
+        preempted = _left(victims)
         moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
         return validator(scenario, preempted, moved)
     finally:
@@ -288,6 +296,11 @@ def judge_placements(
                 task.node = node
                 task.virtually_evicted = marked
                 ssn.bump_queue_versions(task)
+
+
+#: The victims the pods-only judgement takes, besides pods bound in the session: running
+#: or bound before it (their eviction leaves them releasing where they are).
+_RUNNING = (TaskStatus.RUNNING, TaskStatus.BOUND)
 
 
 def _failed(check: ReplacementCheck | None) -> Simulation:
