@@ -353,6 +353,8 @@ class ReplacementCheck:
         # The victims' jobs laid out, by (job, its evicted pods, its pods' state: see
         # _layout_key), for one version of the pool.
         self._layouts: dict[tuple[Job, tuple[Task, ...], tuple], _Participant] = {}
+        # The evicted pods' arrays packed, by the same keys.
+        self._packs: dict[tuple[Job, tuple[Task, ...], tuple], np.ndarray] = {}
         # The preemptors' views laid out, by (job, its pending pods, its queue's version).
         self._views: dict[tuple[Job, tuple[Task, ...], int], _Participant] = {}
         # The participants' (leaf, key) pairs laid out for the pool, ascending, and
@@ -536,8 +538,7 @@ class ReplacementCheck:
         if any(task.job is not job for task in tasks):
             return _WHOLE
         try:
-            slot = self._slot(base, job, tasks)
-            slot.packed = self._packed(tasks)
+            slot = self._slot(base, job, tasks, pack=True)
         except _Unsupported:
             queue = job.queue or ""
             slot = _Slot(job, None, _NO_VICTIMS, -1, queue, self.ssn.queue_versions[queue], True)
@@ -561,9 +562,11 @@ class ReplacementCheck:
         )
         return job, evicted, state
 
-    def _slot(self, base: _Base, job: Job, evicted: list[Task]) -> _Slot:
+    def _slot(self, base: _Base, job: Job, evicted: list[Task], *, pack: bool = False) -> _Slot:
         """``job`` as a participant with its pods ``evicted`` evicted (laid out once per
-        set of evicted pods and state of its pods, as :meth:`_as_evicted`)."""
+        set of evicted pods and state of its pods, as :meth:`_as_evicted`), with
+        ``pack`` those pods' arrays packed too (:meth:`_packed`, which reads nothing
+        else of them that a simulation changes: kept alike)."""
         queue = job.queue or ""
         version = self.ssn.queue_versions[queue]
         key = self._layout_key(job, tuple(evicted))
@@ -574,7 +577,12 @@ class ReplacementCheck:
                     base, job, tasks_to_allocate(self.ssn, job), evicted, vacated_at
                 )
             self._layouts[key] = part
-        return _Slot(job, part, _NO_VICTIMS, base.index.get(job, -1), queue, version)
+        packed: np.ndarray = _NO_VICTIMS
+        if pack:
+            kept = self._packs.get(key)
+            packed = kept if kept is not None else self._packed(evicted)
+            self._packs[key] = packed
+        return _Slot(job, part, packed, base.index.get(job, -1), queue, version)
 
     def _view(self, base: _Base, preemptor: Job, pending: list[Task]) -> _Participant:
         """The preemptor's view, the same for every scenario of a probe."""
@@ -686,6 +694,7 @@ class ReplacementCheck:
             return base
         self._base = None
         self._layouts.clear()  # a commit changed pods' statuses
+        self._packs.clear()
         self._views.clear()
         self._ranked, self._ranks = [], []
         if any(name not in self.index for name, entries in pool.leaves.items() if entries):

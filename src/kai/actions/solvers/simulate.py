@@ -252,8 +252,8 @@ def judge_placements(
     marked: it runs where it was).  A victim bound in the session goes back to pending;
     put back on its node its binding is restored (or, retaking its vacated place, it
     is pipelined there), placed elsewhere it is pipelined.  A pending pod placed is
-    pipelined.  Each change bumps its queues' versions, as the statement's events do,
-    so what is kept by them is read again, then again once set back.  None (not
+    pipelined.  The changed pods' queues' versions are bumped, as the statement's events
+    bump them, so what is kept by them is read again, then again once set back.  None (not
     judged) for a victim in another state.
     """
     for task in victims:
@@ -265,6 +265,7 @@ def judge_placements(
             return None
     evicted = set(victims)
     changed: list[tuple[Task, TaskStatus, int, bool]] = []
+    queues: dict[str | None, Task] = {}  # a changed pod of each queue, to bump its versions
     try:
         for task in victims:
             changed.append((task, task.status, task.node, task.virtually_evicted))
@@ -278,24 +279,26 @@ def judge_placements(
                 task.status = TaskStatus.RELEASING if node < 0 else TaskStatus.PIPELINED
                 task.node = task.node if node < 0 else node
                 task.virtually_evicted = True
-            ssn.bump_queue_versions(task)
+            queues.setdefault(task.job.queue, task)
         for task, (node, _) in placed.items():
             if task in evicted:
                 continue
             changed.append((task, task.status, task.node, task.virtually_evicted))
             task.status = TaskStatus.PIPELINED
             task.node = node
+            queues.setdefault(task.job.queue, task)
+        for task in queues.values():
             ssn.bump_queue_versions(task)
         preempted = _left(victims)
         moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
         return validator(scenario, preempted, moved)
     finally:
         for task, status, node, marked in changed:
-            if task.status is not status or task.node != node:
-                task.status = status
-                task.node = node
-                task.virtually_evicted = marked
-                ssn.bump_queue_versions(task)
+            task.status = status
+            task.node = node
+            task.virtually_evicted = marked
+        for task in queues.values():
+            ssn.bump_queue_versions(task)
 
 
 #: The victims the pods-only judgement takes, besides pods bound in the session: running
