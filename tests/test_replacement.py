@@ -404,3 +404,49 @@ def test_ranks_compare_as_their_pairs_in_any_order_of_arrival(order: str) -> Non
     assert all(check._rank(*pair) is ranks[pair] for pair in pairs[:50])  # equal: shared
     values = [ranks[pair].value for pair in sorted(ranks)]
     assert all(a < b for a, b in zip(values, values[1:]))
+
+
+def _as_a_replay_runs_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions whose running pods name no node, as a replay's (kai.replay) do: a pod
+    that consolidation moves, or that allocate pipelines, then goes back to pending when
+    a later action evicts it, leaving its places behind."""
+    from kai.framework.session import Session
+
+    opened = Session.open
+
+    def open_unnamed(self, plugins):
+        for job in self.jobs.values():
+            for task in job.tasks:
+                task.pod.node_name = None
+        return opened(self, plugins)
+
+    monkeypatch.setattr(Session, "open", open_unnamed)
+
+
+def test_victims_pipelined_in_the_session_are_re_placed_as_the_statement_does(
+    monkeypatch,
+) -> None:
+    """Victims an earlier action pipelined (moved by consolidation, holding their old
+    place; or pipelined, with a vacated place behind them) are evicted back to pending
+    and put back as the statement does: every simulation is checked, down to the node
+    rows the core ends on; and the sessions decide the same without the core."""
+    _as_a_replay_runs_them(monkeypatch)
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    pipelined: Counter = Counter()
+    original = ReplacementCheck._victims
+
+    def counted(self, victims):
+        arrays = original(self, victims)
+        held, vacated = self.ssn.nodes.held, self.ssn.nodes.vacated
+        for task in victims:
+            if task.status.name == "PIPELINED":
+                pipelined["moved" if task in held else "vacated" if task in vacated else "new"] += 1
+        return arrays
+
+    monkeypatch.setattr(ReplacementCheck, "_victims", counted)
+    actions = ["allocate", "consolidation", "reclaim", "preempt"]
+    compiled = [_session(_random(seed), actions=actions) for seed in SEEDS]
+    assert min(pipelined["moved"], pipelined["vacated"], pipelined["new"]) > 0, pipelined
+    monkeypatch.delenv(VERIFY_ENV)
+    _without_compiled(monkeypatch)
+    assert [_session(_random(seed), actions=actions) for seed in SEEDS] == compiled

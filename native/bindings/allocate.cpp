@@ -451,12 +451,15 @@ class NodePicker {
     const F64 t_req = sized<F64>(sim, "t_req", T * R), t_qvec = sized<F64>(sim, "t_qvec", T * 3);
     const I64 t_nominated = sized<I64>(sim, "t_nominated", T),
               t_evicted_from = sized<I64>(sim, "t_evicted_from", T),
-              t_vacated_at = sized<I64>(sim, "t_vacated_at", T);
+              t_vacated_at = sized<I64>(sim, "t_vacated_at", T),
+              t_held_at = sized<I64>(sim, "t_held_at", T), t_also = sized<I64>(sim, "t_also", T);
+    const Bool t_pipelined_back = sized<Bool>(sim, "t_pipelined_back", T);
     const I64 v_node = py::cast<I64>(sim.attr("v_node"));
     const auto V = static_cast<std::size_t>(v_node.size());
     const F64 v_req = sized<F64>(sim, "v_req", V * R), v_qvec = sized<F64>(sim, "v_qvec", V * 3);
     const I64 v_leaf = sized<I64>(sim, "v_leaf", V);
-    const Bool v_np = sized<Bool>(sim, "v_np", V);
+    const Bool v_np = sized<Bool>(sim, "v_np", V), v_pipelined = sized<Bool>(sim, "v_pipelined", V);
+    const I64 v_held = sized<I64>(sim, "v_held", V);
     r.preemptor = py::cast<i64>(sim.attr("preemptor"));
     // Indices are checked here: the kernel trusts them.
     const auto q = static_cast<i64>(Q), n = static_cast<i64>(N);
@@ -474,6 +477,9 @@ class NodePicker {
     in_range(t_nominated, -1, n, "t_nominated");
     in_range(t_evicted_from, -1, n, "t_evicted_from");
     in_range(t_vacated_at, -1, n, "t_vacated_at");
+    in_range(t_held_at, -1, n, "t_held_at");
+    in_range(t_also, -1, n, "t_also");
+    in_range(v_held, -1, n, "v_held");
     in_range(v_node, 0, n, "v_node");
     in_range(v_leaf, 0, q, "v_leaf");
     if (r.preemptor < 0 || r.preemptor >= static_cast<i64>(M)) {
@@ -515,14 +521,26 @@ class NodePicker {
     r.t_nominated = t_nominated.data();
     r.t_evicted_from = t_evicted_from.data();
     r.t_vacated_at = t_vacated_at.data();
+    r.t_pipelined_back = t_pipelined_back.data();
+    r.t_held_at = t_held_at.data();
+    r.t_also = t_also.data();
     r.V = static_cast<i64>(V);
     r.v_req = v_req.data();
     r.v_qvec = v_qvec.data();
     r.v_node = v_node.data();
     r.v_leaf = v_leaf.data();
     r.v_np = v_np.data();
+    r.v_pipelined = v_pipelined.data();
+    r.v_held = v_held.data();
     std::vector<i64> steps;  // recorded always: a placed verdict's are replayed
     r.steps = &steps;
+    // The node rows it ends on, when asked (a check of the statement the steps make).
+    const bool with_rows = py::cast<bool>(sim.attr("with_rows"));
+    std::vector<double> final_idle, final_releasing;
+    if (with_rows) {
+      r.final_idle = &final_idle;
+      r.final_releasing = &final_releasing;
+    }
     kai::alloc::Replaced outcome;
     {
       py::gil_scoped_release release;
@@ -536,6 +554,13 @@ class NodePicker {
       py::array_t<i64> out({rows, static_cast<py::ssize_t>(3)});
       if (!steps.empty()) std::memcpy(out.mutable_data(), steps.data(), steps.size() * sizeof(i64));
       recorded = std::move(out);
+    }
+    if (placed && with_rows) {
+      const auto n = static_cast<py::ssize_t>(N), width = static_cast<py::ssize_t>(R);
+      py::array_t<double> idle_out({n, width}), releasing_out({n, width});
+      std::memcpy(idle_out.mutable_data(), final_idle.data(), N * R * sizeof(double));
+      std::memcpy(releasing_out.mutable_data(), final_releasing.data(), N * R * sizeof(double));
+      return py::make_tuple(static_cast<int>(outcome), recorded, idle_out, releasing_out);
     }
     return py::make_tuple(static_cast<int>(outcome), recorded);
   }

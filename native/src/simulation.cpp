@@ -43,6 +43,11 @@ class Replacer {
     evict();
   }
 
+  void copy_rows(std::vector<double>* idle, std::vector<double>* releasing) const {
+    if (idle != nullptr) *idle = idle_;
+    if (releasing != nullptr) *releasing = rel_;
+  }
+
   // simulate(): pop the participants in queue order, re-place the victims' jobs, and
   // stop at the preemptor, or (``every_victim``) go on with the victims' jobs left.
   Replaced run() {
@@ -111,14 +116,23 @@ class Replacer {
   bool most_known_ = false;
   i64 replaced_ = 0;          // the victims placed again
 
-  // Statement.evict of each victim (running or bound: on idle capacity), in order: its
-  // request releasing on its node, its queue's allocation down.
+  // Statement.evict of each victim, in order: its request releasing on its node, and its
+  // queue's allocation down.  A victim on idle capacity (running, or bound) leaves it
+  // releasing; one pipelined in the session is taken off the releasing capacity it was
+  // pipelined on, which its vacated place holds instead, and a moved one frees the place
+  // it held where it runs (Statement._apply_unplace).
   void evict() {
     for (i64 v = 0; v < s_.V; ++v) {
       const double* r = s_.v_req + v * R_;
       const i64 n = s_.v_node[v];
-      rows(n, r, kIdle, false);
-      rows(n, r, kReleasing, true);
+      if (s_.v_pipelined[v]) {
+        rows(n, r, kPipelined, false);
+        rows(n, r, kReleasing, true);
+        if (s_.v_held[v] >= 0) rows(s_.v_held[v], r, kReleasing, false);
+      } else {
+        rows(n, r, kIdle, false);
+        rows(n, r, kReleasing, true);
+      }
       charge(s_.v_leaf[v], s_.v_qvec + v * 3, s_.v_np[v], false);
     }
   }
@@ -358,12 +372,13 @@ class Replacer {
   // hold it) pipelined onto its vacated place.
   enum Placed : i64 { kPlain = 0, kRestored = 1, kRetook = 2 };
 
-  // Statement._restore_unplaced's check: the node holds more than it has.
-  bool overcommitted(i64 n) const {
+  // Statement._restore_unplaced's check: the node holds more than it has (``bound``: a
+  // pod bound there also needs the idle capacity).
+  bool overcommitted(i64 n, bool bound = true) const {
     const double* id = idle_.data() + n * R_;
     const double* rl = rel_.data() + n * R_;
     for (i64 k = 0; k < R_; ++k) {
-      if (id[k] + rl[k] < -EPS || id[k] < -EPS) return true;
+      if (id[k] + rl[k] < -EPS || (bound && id[k] < -EPS)) return true;
     }
     return false;
   }
@@ -371,9 +386,28 @@ class Replacer {
   // Statement.pipeline of pod t on node n: a victim put back where it was is
   // un-evicted (undo of its eviction), one placed elsewhere leaves its old place
   // releasing (NodeTable.hold), a pending pod is pipelined.  A pod the session had
-  // bound, back on its node, gets its placement back (Statement._restore_unplaced).
+  // bound, back on its node, gets its placement back (Statement._restore_unplaced); so
+  // does one the session had pipelined, back on a node of its vacated places (restored
+  // where it was pipelined).
   i64 place(i64 m, i64 t, i64 n) {
-    if (s_.t_vacated_at[t] == n) {
+    const i64 back = s_.t_vacated_at[t];
+    if (back >= 0 && s_.t_pipelined_back[t] && (back == n || s_.t_also[t] == n)) {
+      const i64 held = s_.t_held_at[t];
+      rows(back, t, kReleasing, false);  // its vacated place, freed
+      if (held >= 0) rows(held, t, kReleasing, true);  // moved: holding its old place again
+      rows(back, t, kPipelined, true);   // pipelined there again
+      charge(m, t, true);
+      if (!overcommitted(back, false)) return kRestored;
+      rows(back, t, kPipelined, false);  // evicted again (a new vacated place) ...
+      rows(back, t, kReleasing, true);
+      if (held >= 0) rows(held, t, kReleasing, false);
+      charge(m, t, false);
+      rows(n, t, kReleasing, false);  // ... and pipelined on n, taking its place there
+      rows(n, t, kPipelined, true);
+      charge(m, t, true);
+      return kRetook;
+    }
+    if (back == n) {
       rows(n, t, kReleasing, false);  // its vacated place, freed
       rows(n, t, kIdle, true);        // bound there again
       charge(m, t, true);
@@ -398,6 +432,14 @@ class Replacer {
 
   // Statement._undo of place() (``how``: what it returned).
   void unplace(i64 m, i64 t, i64 n, i64 how) {
+    if (how == kRestored && s_.t_pipelined_back[t]) {  // Statement._apply_unplace
+      const i64 back = s_.t_vacated_at[t], held = s_.t_held_at[t];
+      rows(back, t, kPipelined, false);
+      rows(back, t, kReleasing, true);
+      if (held >= 0) rows(held, t, kReleasing, false);
+      charge(m, t, false);
+      return;
+    }
     if (how != kPlain) {
       rows(n, t, how == kRestored ? kIdle : kPipelined, false);
       rows(n, t, kReleasing, true);  // the vacated place, held again
@@ -458,7 +500,11 @@ class Replacer {
 
 Replaced replace_victims(const Input& picker, const Replacement& sim) {
   Replacer replacer(picker, sim);
-  return replacer.run();
+  const Replaced outcome = replacer.run();
+  if (outcome == Replaced::kPlaced || outcome == Replaced::kVictimLeft) {
+    replacer.copy_rows(sim.final_idle, sim.final_releasing);
+  }
+  return outcome;
 }
 
 }  // namespace kai::alloc

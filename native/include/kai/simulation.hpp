@@ -46,6 +46,11 @@ struct Replacement {
   // Where to record the re-placement's steps (Step), so that the caller can make the
   // same statement without choosing again; recording follows it to its end.
   std::vector<i64>* steps = nullptr;
+  // Where to copy the node rows (idle, releasing: N x R each) as the re-placement leaves
+  // them, when it places the preemptor: a check that the statement its steps make ends
+  // on the same rows.
+  std::vector<double>* final_idle = nullptr;
+  std::vector<double>* final_releasing = nullptr;
 
   // ---- queues (Q x 3), before the evictions
   i64 Q = 0;
@@ -86,6 +91,11 @@ struct Replacement {
   const i64* v_node = nullptr;     // [V]
   const i64* v_leaf = nullptr;     // [V]: its job's leaf queue
   const bool* v_np = nullptr;      // [V]: its job is non-preemptible
+  // [V]: pipelined in the session (on releasing capacity, not running there): its
+  // eviction undoes that placement and keeps the place it leaves releasing, and a pod
+  // that was moved there also gives up the place it held where it was (v_held, -1: none).
+  const bool* v_pipelined = nullptr;
+  const i64* v_held = nullptr;
 
   // ---- the participants' pods
   const double* t_req = nullptr;        // [T, R]
@@ -96,6 +106,12 @@ struct Replacement {
   // [T]: a pod placed earlier in the session and evicted back to pending: the node of
   // the place it left (held releasing, a vacated place), -1 for the others.
   const i64* t_vacated_at = nullptr;
+  // [T]: placed back there (or on t_also, an older vacated place of it; -1: none), such a
+  // pod gets its placement back: pipelined (t_pipelined_back, taking its held place
+  // t_held_at again, -1: none) or bound.
+  const bool* t_pipelined_back = nullptr;
+  const i64* t_held_at = nullptr;
+  const i64* t_also = nullptr;
 };
 
 /// What a simulation's re-placement found.

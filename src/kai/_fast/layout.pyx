@@ -79,23 +79,26 @@ def victims(
     list tasks,
     dict kinds,
     object kind_of,
-    object held,
+    dict held,
     object vacated,
     tuple bound_before,
     object binding,
+    object pipelined,
     Py_ssize_t n_resources,
     tuple columns,
 ):
     """:func:`kai.actions.solvers.replacement.victim_arrays`, compiled."""
     cdef Py_ssize_t n = len(tasks), i
     req_a = np.empty((n, n_resources), dtype=np.float64)
-    ints_a = np.empty(2 * n, dtype=np.int64)
-    np_a = np.empty(n, dtype=np.bool_)
+    ints_a = np.empty(3 * n, dtype=np.int64)
+    flags_a = np.empty(2 * n, dtype=np.bool_)
     cdef Py_buffer vr, vi, vb
     cdef double* req = <double*>_open(req_a, &vr)
     cdef long long* at = <long long*>_open(ints_a, &vi)
     cdef long long* leaves = at + n
-    cdef unsigned char* flags = <unsigned char*>_open(np_a, &vb)
+    cdef long long* holds = at + 2 * n
+    cdef unsigned char* flags = <unsigned char*>_open(flags_a, &vb)
+    cdef unsigned char* piped = flags + n
     cdef Py_ssize_t node
     try:
         for i in range(n):
@@ -105,17 +108,17 @@ def victims(
                 kind = kinds[task] = kind_of(task)
             status = task.status
             node = task.node
-            if (
-                not kind
-                or (
-                    status not in bound_before
-                    and not (status is binding and not task.pod.node_name)
-                )
-                or task.virtually_evicted
-                or node < 0
-                or task in held
-                or task in vacated
-            ):
+            if not kind or task.virtually_evicted or node < 0:
+                return None
+            if status is pipelined and not task.pod.node_name:
+                piped[i] = 1
+                holds[i] = held.get(task, -1)
+            elif (
+                status in bound_before or (status is binding and not task.pod.node_name)
+            ) and not (task in held or task in vacated):
+                piped[i] = 0
+                holds[i] = -1
+            else:
                 return None
             leaves[i] = kind[0]
             flags[i] = 1 if kind[1] else 0
@@ -129,8 +132,10 @@ def victims(
         req_a,
         _columns(req_a, n, n_resources, columns),
         ints_a[:n],
-        ints_a[n:],
-        np_a,
+        ints_a[n : 2 * n],
+        flags_a[:n],
+        flags_a[n:],
+        ints_a[2 * n :],
     )
 
 
@@ -189,10 +194,10 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         free(ranked)
 
     # One block per type, cut into the arrays (contiguous views).
-    cdef Py_ssize_t n_int = (n_queues + 1) + 5 * n + 1 + 4 * n_rows
+    cdef Py_ssize_t n_int = (n_queues + 1) + 5 * n + 1 + 6 * n_rows
     ints_a = np.empty(n_int, dtype=np.int64)
     floats_a = np.empty(4 * n + n_rows * n_resources, dtype=np.float64)
-    np_charge_a = np.empty(n, dtype=np.bool_)
+    np_charge_a = np.empty(n + n_rows, dtype=np.bool_)
     cdef Py_buffer vi, vf, vb
     cdef long long* own_start = <long long*>_open(ints_a, &vi)
     cdef double* request = <double*>_open(floats_a, &vf)
@@ -206,6 +211,9 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
     cdef long long* t_nominated = t_mask + n_rows
     cdef long long* t_evicted = t_nominated + n_rows
     cdef long long* t_vacated = t_evicted + n_rows
+    cdef long long* t_held = t_vacated + n_rows
+    cdef long long* t_also = t_held + n_rows
+    cdef unsigned char* t_piped = np_charge + n
     cdef double* gpu_need = request + 3 * n
     cdef double* t_req = gpu_need + n
     cdef dict slots = {}
@@ -241,6 +249,15 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
             values = part.vacated_at
             for j in range(k):
                 t_vacated[t + j] = values[j]
+            values = part.pipelined_back
+            for j in range(k):
+                t_piped[t + j] = 1 if values[j] else 0
+            values = part.held_at
+            for j in range(k):
+                t_held[t + j] = values[j]
+            values = part.also
+            for j in range(k):
+                t_also[t + j] = values[j]
             values = part.masks
             for j in range(k):
                 mask = values[j]
@@ -269,7 +286,7 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         ints_a[a + 2 * n : a + 3 * n],
         ints_a[a + 4 * n : a + 5 * n + 1],
         ints_a[a + 3 * n : a + 4 * n],
-        np_charge_a,
+        np_charge_a[:n],
         floats_a[3 * n : 4 * n],
         np.array(stacked, dtype=np.bool_),
         t_req_a,
@@ -278,6 +295,9 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         ints_a[a + 5 * n + 1 + n_rows : a + 5 * n + 1 + 2 * n_rows],
         ints_a[a + 5 * n + 1 + 2 * n_rows : a + 5 * n + 1 + 3 * n_rows],
         ints_a[a + 5 * n + 1 + 3 * n_rows : a + 5 * n + 1 + 4 * n_rows],
+        np_charge_a[n:],
+        ints_a[a + 5 * n + 1 + 4 * n_rows : a + 5 * n + 1 + 5 * n_rows],
+        ints_a[a + 5 * n + 1 + 5 * n_rows : a + 5 * n + 1 + 6 * n_rows],
         order,
     )
 
@@ -300,7 +320,7 @@ def gather(
 ):
     """:func:`kai.actions.solvers.replacement.gather`, compiled."""
     cdef list chosen = []
-    cdef Py_ssize_t width = n_resources + 6, rows = 0, i, j, k, v, at
+    cdef Py_ssize_t width = n_resources + 8, rows = 0, i, j, k, v, at
     for batch in batches:
         key = id(batch)
         slot = slots.get(key)
@@ -326,15 +346,17 @@ def gather(
         rows += block.shape[0]
     req_a = np.empty((rows, n_resources), dtype=np.float64)
     qvec_a = np.empty((rows, 3), dtype=np.float64)
-    ints_a = np.empty(2 * rows, dtype=np.int64)
-    flags_a = np.empty(rows, dtype=np.bool_)
+    ints_a = np.empty(3 * rows, dtype=np.int64)
+    flags_a = np.empty(2 * rows, dtype=np.bool_)
     within_a = np.array(feasible, dtype=np.bool_, copy=True)
     cdef Py_buffer vr, vq, vi, vf, vw, vb
     cdef double* req = <double*>_open(req_a, &vr)
     cdef double* qvec = <double*>_open(qvec_a, &vq)
     cdef long long* node = <long long*>_open(ints_a, &vi)
     cdef long long* leaf = node + rows
+    cdef long long* held = node + 2 * rows
     cdef unsigned char* flags = <unsigned char*>_open(flags_a, &vf)
+    cdef unsigned char* piped = flags + rows
     cdef unsigned char* within = <unsigned char*>_open(within_a, &vw)
     cdef Py_ssize_t n_nodes = len(within_a)
     cdef const double* src
@@ -361,6 +383,8 @@ def gather(
                     within[at] = 1
                     leaf[v] = <long long>src[i * width + n_resources + 4]
                     flags[v] = 1 if src[i * width + n_resources + 5] != 0 else 0
+                    piped[v] = 1 if src[i * width + n_resources + 6] != 0 else 0
+                    held[v] = <long long>src[i * width + n_resources + 7]
                     v += 1
             finally:
                 PyBuffer_Release(&vb)
@@ -379,19 +403,30 @@ def gather(
     parts.append(view)
     if view_at >= 0:
         skipped.append(view_at)
-    return parts, skipped, req_a, qvec_a, ints_a[:rows], ints_a[rows:], flags_a, within_a
+    return (
+        parts,
+        skipped,
+        req_a,
+        qvec_a,
+        ints_a[:rows],
+        ints_a[rows : 2 * rows],
+        flags_a[:rows],
+        flags_a[rows:],
+        ints_a[2 * rows :],
+        within_a,
+    )
 
 
 def pack_victims(tuple arrays):
     """:func:`kai.actions.solvers.replacement.pack_victims`, compiled."""
-    req_a, qvec_a, node_a, leaf_a, flags_a = arrays
+    req_a, qvec_a, node_a, leaf_a, flags_a, piped_a, held_a = arrays
     cdef Py_ssize_t rows = len(node_a), i, j
     cdef Py_ssize_t r = req_a.shape[1] if rows else (req_a.shape[1] if req_a.ndim == 2 else 0)
-    cdef Py_ssize_t width = r + 6
+    cdef Py_ssize_t width = r + 8
     out_a = np.empty((rows, width), dtype=np.float64)
     if rows == 0:
         return out_a
-    cdef Py_buffer vo, vr, vq, vn, vl, vf
+    cdef Py_buffer vo, vr, vq, vn, vl, vf, vp, vh
     cdef double* out = <double*>_open(out_a, &vo)
     try:
         PyObject_GetBuffer(req_a, &vr, PyBUF_C_CONTIGUOUS)
@@ -399,10 +434,13 @@ def pack_victims(tuple arrays):
         PyObject_GetBuffer(node_a, &vn, PyBUF_C_CONTIGUOUS)
         PyObject_GetBuffer(leaf_a, &vl, PyBUF_C_CONTIGUOUS)
         PyObject_GetBuffer(flags_a, &vf, PyBUF_C_CONTIGUOUS)
+        PyObject_GetBuffer(piped_a, &vp, PyBUF_C_CONTIGUOUS)
+        PyObject_GetBuffer(held_a, &vh, PyBUF_C_CONTIGUOUS)
         try:
             if (
                 vr.len != rows * r * 8 or vq.len != rows * 24 or vn.len != rows * 8
-                or vl.len != rows * 8 or vf.len != rows
+                or vl.len != rows * 8 or vf.len != rows or vp.len != rows
+                or vh.len != rows * 8
             ):
                 raise TypeError("victims' arrays of unexpected sizes")
             for i in range(rows):
@@ -413,13 +451,16 @@ def pack_victims(tuple arrays):
                 out[i * width + r + 3] = <double>(<long long*>vn.buf)[i]
                 out[i * width + r + 4] = <double>(<long long*>vl.buf)[i]
                 out[i * width + r + 5] = 1.0 if (<unsigned char*>vf.buf)[i] else 0.0
+                out[i * width + r + 6] = 1.0 if (<unsigned char*>vp.buf)[i] else 0.0
+                out[i * width + r + 7] = <double>(<long long*>vh.buf)[i]
         finally:
             PyBuffer_Release(&vr)
             PyBuffer_Release(&vq)
             PyBuffer_Release(&vn)
             PyBuffer_Release(&vl)
             PyBuffer_Release(&vf)
+            PyBuffer_Release(&vp)
+            PyBuffer_Release(&vh)
     finally:
         PyBuffer_Release(&vo)
     return out_a
-

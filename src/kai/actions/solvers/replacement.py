@@ -16,8 +16,10 @@ victim without a place, the core refuses those scenarios itself.
 :class:`ReplacementCheck` lays the simulation queue out in arrays for it, for what the
 compiled re-placement takes: the session's compiled node picker and proportion's queue
 order alone, no pre-predicate, and participants whose pods ask for whole GPUs (or none),
-none placed earlier in the session, of jobs that are not semi-preemptible.  Anything
-else is simulated in Python, as before.
+of jobs that are not semi-preemptible; pods placed earlier in the session only as
+victims that the simulation evicts back to pending (bound in the session, or pipelined
+in it, moved there or not, with at most one older vacated place).  Anything else is
+simulated in Python, as before.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,7 +45,7 @@ from kai.actions.solvers.scenario import (
     same_state,
     state_stamp,
 )
-from kai.api.model import Job, Task, TaskStatus
+from kai.api.model import Job, NodeTable, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE, non_preemptible_part
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
@@ -130,13 +132,19 @@ class ReplacementArrays:
     t_mask: np.ndarray  # [T]
     t_nominated: np.ndarray
     t_evicted_from: np.ndarray
-    t_vacated_at: np.ndarray  # [T]: a victim bound in the session: the place it left
+    t_vacated_at: np.ndarray  # [T]: a victim placed in the session: the place it left
+    t_pipelined_back: np.ndarray  # [T] bool: placed back, it is pipelined (not bound) again
+    t_held_at: np.ndarray  # [T]: the place a moved one holds again when placed back (-1)
+    t_also: np.ndarray  # [T]: an older vacated place of it, where it is placed back too (-1)
     v_req: np.ndarray | None = None  # [V, R]: the victims, evicted in this order
     v_qvec: np.ndarray | None = None  # [V, 3]
     v_node: np.ndarray | None = None
     v_leaf: np.ndarray | None = None
     v_np: np.ndarray | None = None  # [V] bool: the victim's job is non-preemptible
+    v_pipelined: np.ndarray | None = None  # [V] bool: pipelined in the session
+    v_held: np.ndarray | None = None  # [V]: the place a moved one holds where it runs (-1)
     every_victim: bool = False  # also tell whether every victim is placed again
+    with_rows: bool = False  # also give the node rows it ends on (a check: VERIFY_ENV)
     parts: list[_Participant] = field(default_factory=list)
     order: list[int] = field(default_factory=list)  # [M]: each participant's index in parts
 
@@ -150,6 +158,8 @@ class Verdict:
     placed: bool | None
     steps: np.ndarray | None = None  # [K, 3] (kind, a, b): kai/simulation.hpp's Step
     pods: list[Task] | None = None  # the simulation's pods, by the steps' pod index
+    # The node rows (idle, releasing) the re-placement ends on, when asked for.
+    rows: tuple[np.ndarray, np.ndarray] | None = None
 
     def replay(self, stmt: Statement) -> None:
         """Make on ``stmt`` (the victims evicted, in order) what the simulation's loop
@@ -227,6 +237,9 @@ class _Participant:
     nominated: list[int] = field(default_factory=list)
     evicted_from: list[int] = field(default_factory=list)  # -1: pending
     vacated_at: list[int] = field(default_factory=list)  # -1: none
+    pipelined_back: list[bool] = field(default_factory=list)
+    held_at: list[int] = field(default_factory=list)  # -1: none
+    also: list[int] = field(default_factory=list)  # -1: none
     rank: _Rank | None = None  # its (leaf, key) among the pool's participants
     block: np.ndarray | None = None  # ``rows`` stacked, [pods, R]
     tasks: list[Task] = field(default_factory=list)  # its pods to place, in order
@@ -447,20 +460,21 @@ class ReplacementCheck:
         arrays = self._as_evicted(
             victims, victim_jobs, scenario.preemptor, scenario.pending, within, base
         )
-        arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
+        _set_victims(arrays, evicted)
         return arrays
 
     def _decide(self, arrays: ReplacementArrays, every_victim: bool) -> Verdict:
         """The compiled re-placement's verdict on ``arrays`` (``every_victim``: see
         :meth:`verdict`); a refusal is told to the credit."""
         arrays.every_victim = every_victim
-        outcome, steps = self.picker.native.replace_victims(arrays)
+        arrays.with_rows = self.verify
+        outcome, steps, *rows = self.picker.native.replace_victims(arrays)
         if outcome == _UNDECIDED:
             return _NOT_DECIDED
         if outcome == _PLACED or (outcome == _VICTIM_LEFT and not every_victim):
             parts = arrays.parts
             pods = [task for i in arrays.order for task in parts[i].tasks]
-            return Verdict(True, steps, pods)
+            return Verdict(True, steps, pods, (rows[0], rows[1]) if rows else None)
         self.account(False)
         return _REFUSED_VERDICT
 
@@ -506,7 +520,7 @@ class ReplacementCheck:
             return None
         parts, skipped, *evicted, within = got
         arrays = self._arrays(parts, skipped, within, base)
-        arrays.v_req, arrays.v_qvec, arrays.v_node, arrays.v_leaf, arrays.v_np = evicted
+        _set_victims(arrays, evicted)
         return arrays
 
     def _lay_out_probe(
@@ -558,7 +572,14 @@ class ReplacementCheck:
         nodes = self.ssn.nodes
         held, vacated = nodes.held, nodes.vacated
         state = tuple(
-            (t.status, t.node, t.virtually_evicted, t in held or t in vacated) for t in job.tasks
+            (
+                t.status,
+                t.node,
+                t.virtually_evicted,
+                held.get(t, -1),
+                tuple(p.node for p in vacated[t]) if t in vacated else (),
+            )
+            for t in job.tasks
         )
         return job, evicted, state
 
@@ -572,7 +593,7 @@ class ReplacementCheck:
         key = self._layout_key(job, tuple(evicted))
         part = self._layouts.get(key)
         if part is None:
-            with _evicted(evicted) as vacated_at:
+            with _evicted(evicted, self.ssn.nodes) as vacated_at:
                 part = self._participant(
                     base, job, tasks_to_allocate(self.ssn, job), evicted, vacated_at
                 )
@@ -613,6 +634,7 @@ class ReplacementCheck:
             nodes.vacated,
             _BOUND_BEFORE,
             TaskStatus.BINDING,
+            TaskStatus.PIPELINED,
             nodes.idle.shape[1],
             _COLUMNS,
         )
@@ -665,7 +687,7 @@ class ReplacementCheck:
         found = [layouts.get(key) for key in keys]
         view_part: _Participant | None = None
         if preemptor in own_victims or None in found:
-            with _evicted(victims) as vacated_at:
+            with _evicted(victims, ssn.nodes) as vacated_at:
                 for i, job in enumerate(victim_jobs):
                     if found[i] is None:
                         part = self._participant(
@@ -758,7 +780,7 @@ class ReplacementCheck:
         job: Job,
         tasks: list[Task],
         evicted: list[Task] | None,
-        vacated_at: dict[Task, int],
+        vacated_at: dict[Task, _Vacated],
     ) -> _Participant:
         """``job`` as a participant whose pods to place are ``tasks``, its pods
         ``evicted`` evicted by the simulation, in the session's current state."""
@@ -783,9 +805,15 @@ class ReplacementCheck:
         need = 0.0
         for task in tasks:
             pod = pods.get(task) or self._pod(task, job)
-            if task in nodes.vacated or task in nodes.held:
-                raise _Unsupported
-            part.vacated_at.append(vacated_at.get(task, -1))
+            vacated = vacated_at.get(task, _NOT_VACATED)
+            if (task in nodes.vacated or task in nodes.held) and not (
+                vacated.pipelined and vacated.also >= -1
+            ):
+                raise _Unsupported  # (a pipelined victim's places are laid out below)
+            part.vacated_at.append(vacated.at)
+            part.pipelined_back.append(vacated.pipelined)
+            part.held_at.append(vacated.held)
+            part.also.append(vacated.also)
             if task.status is TaskStatus.PENDING:
                 part.evicted_from.append(-1)
             elif (
@@ -878,6 +906,9 @@ class ReplacementCheck:
             t_nominated,
             t_evicted,
             t_vacated,
+            t_piped,
+            t_held,
+            t_also,
             order,
         ) = (fast.lay_out if fast is not None else lay_out)(
             parts, len(self.names), nodes.idle.shape[1], _COLUMNS
@@ -928,6 +959,9 @@ class ReplacementCheck:
             t_nominated=t_nominated,
             t_evicted_from=t_evicted,
             t_vacated_at=t_vacated,
+            t_pipelined_back=t_piped,
+            t_held_at=t_held,
+            t_also=t_also,
         )
 
     def _queue_allocations(self) -> tuple[np.ndarray, np.ndarray]:
@@ -964,12 +998,32 @@ def _spread(ranks: list[_Rank], i: int) -> None:
         width *= 2
 
 
+#: The columns of a packed victim row beyond its request: queue vector (3), node, leaf,
+#: non-preemptible, pipelined, held.
+PACKED_EXTRA = 8
+
+
 def pack_victims(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
     """The victims' arrays of :meth:`ReplacementCheck._victims` (``v_req``, ``v_qvec``,
-    ``v_node``, ``v_leaf``, ``v_np``) side by side in one float64 block, a row per
-    victim (node and leaf indices and flags are exact as floats)."""
-    req, qvec, node, leaf, flags = arrays
-    return np.hstack([req, qvec, node[:, None], leaf[:, None], flags[:, None]]).astype(np.float64)
+    ``v_node``, ``v_leaf``, ``v_np``, ``v_pipelined``, ``v_held``) side by side in one
+    float64 block, a row per victim (node and leaf indices and flags are exact as
+    floats)."""
+    req, qvec, node, leaf, flags, pipelined, held = arrays
+    columns = [node, leaf, flags, pipelined, held]
+    return np.hstack([req, qvec, *(c[:, None] for c in columns)]).astype(np.float64)
+
+
+def _set_victims(arrays: ReplacementArrays, evicted: tuple[np.ndarray, ...]) -> None:
+    """Set the victims' arrays (:func:`victim_arrays`'s, in order) on ``arrays``."""
+    (
+        arrays.v_req,
+        arrays.v_qvec,
+        arrays.v_node,
+        arrays.v_leaf,
+        arrays.v_np,
+        arrays.v_pipelined,
+        arrays.v_held,
+    ) = evicted
 
 
 def gather(
@@ -1015,7 +1069,7 @@ def gather(
     blocks = [slot.packed for slot in chosen]
     if recorded_packed is not None:
         blocks.insert(0, recorded_packed)
-    block = np.concatenate(blocks).reshape(-1, n_resources + 6)
+    block = np.concatenate(blocks).reshape(-1, n_resources + PACKED_EXTRA)
     r = n_resources
     within = feasible.copy()
     node = block[:, r + 3].astype(np.int64)
@@ -1033,6 +1087,8 @@ def gather(
         node,
         block[:, r + 4].astype(np.int64),
         block[:, r + 5].astype(np.bool_),
+        block[:, r + 6].astype(np.bool_),
+        block[:, r + 7].astype(np.int64),
         within,
     )
 
@@ -1041,37 +1097,44 @@ def victim_arrays(
     victims: list[Task],
     kinds: dict[Task, tuple[int, bool] | tuple[()]],
     kind_of: Callable[[Task], tuple[int, bool] | tuple[()]],
-    held: Container[object],
+    held: dict[Any, int],
     vacated: Container[object],
     bound_before: tuple[TaskStatus, ...],
     binding: TaskStatus,
+    pipelined: TaskStatus,
     n_resources: int,
     columns: tuple[int, ...],
 ) -> tuple[np.ndarray, ...] | None:
     """The victims' arrays of :class:`ReplacementArrays` (``v_req``, ``v_qvec``,
-    ``v_node``, ``v_leaf``, ``v_np``), or None when the core does not take one of them.
+    ``v_node``, ``v_leaf``, ``v_np``, ``v_pipelined``, ``v_held``), or None when the core
+    does not take one of them.
 
-    It takes pods running or bound before the session (``bound_before``), or bound in it
-    (``binding``, not on a node yet: the eviction takes them back to pending), neither
-    evicted, held nor vacated already, whose kind (``kinds``, filled by ``kind_of``: the
-    leaf queue and whether the job is non-preemptible) is not empty.  Either eviction
-    leaves the place releasing.  The reference of ``kai._fast.layout.victims``, which
+    It takes pods running or bound before the session (``bound_before``) or bound in it
+    (``binding``, not on a node yet), neither held nor vacated already, and pods
+    pipelined in the session (``pipelined``, not on a node yet either), moved there
+    (``held``: the node of the place they hold) or not; none evicted already, and each of
+    a kind (``kinds``, filled by ``kind_of``: the leaf queue and whether the job is
+    non-preemptible) that is not empty.  Evicting one bound in the session or pipelined
+    takes it back to pending.  The reference of ``kai._fast.layout.victims``, which
     gives identical arrays.
     """
-    leaves, np_flags, at = [], [], []
+    leaves, np_flags, at, piped, holds = [], [], [], [], []
     for task in victims:
         kind = kinds.get(task)
         if kind is None:
             kind = kinds[task] = kind_of(task)
         status = task.status
-        if (
-            not kind
-            or (status not in bound_before and not (status is binding and not task.pod.node_name))
-            or task.virtually_evicted
-            or task.node < 0
-            or task in held
-            or task in vacated
+        if not kind or task.virtually_evicted or task.node < 0:
+            return None
+        if status is pipelined and not task.pod.node_name:
+            piped.append(True)
+            holds.append(held.get(task, -1))
+        elif (status in bound_before or (status is binding and not task.pod.node_name)) and not (
+            task in held or task in vacated
         ):
+            piped.append(False)
+            holds.append(-1)
+        else:
             return None
         leaves.append(kind[0])
         np_flags.append(kind[1])
@@ -1085,6 +1148,8 @@ def victim_arrays(
         np.array(at, dtype=np.int64),
         np.array(leaves, dtype=np.int64),
         np.array(np_flags, dtype=np.bool_),
+        np.array(piped, dtype=np.bool_),
+        np.array(holds, dtype=np.int64),
     )
 
 
@@ -1099,7 +1164,8 @@ def lay_out(
     ``p_request``, ``p_leaf``, ``p_task_start``, ``p_np_count``, ``p_np_charge``,
     ``p_gpu_need``, ``masks`` (each distinct mask once, in order of first use), ``t_req``,
     ``t_qvec`` (its ``columns``), ``t_mask``, ``t_nominated``, ``t_evicted_from``,
-    ``t_vacated_at``, and the participants' indices in ``parts`` in that order.  The
+    ``t_vacated_at``, ``t_pipelined_back``, ``t_held_at``, ``t_also``, and the
+    participants' indices in ``parts`` in that order.  The
     reference of ``kai._fast.layout.lay_out``, which gives
     identical arrays.
     """
@@ -1115,6 +1181,9 @@ def lay_out(
     t_nominated: list[int] = []
     t_evicted: list[int] = []
     t_vacated: list[int] = []
+    t_piped: list[bool] = []
+    t_held: list[int] = []
+    t_also: list[int] = []
     slots: dict[int, int] = {}
     stacked: list[np.ndarray] = []
     for m, (q, _key, _seq, i) in enumerate(order):
@@ -1137,6 +1206,9 @@ def lay_out(
         t_nominated += part.nominated
         t_evicted += part.evicted_from
         t_vacated += part.vacated_at
+        t_piped += part.pipelined_back
+        t_held += part.held_at
+        t_also += part.also
         rows += part.rows
         task_start.append(len(rows))
     own_start = np.cumsum(counts, dtype=np.int64)
@@ -1159,27 +1231,51 @@ def lay_out(
         np.array(t_nominated, dtype=np.int64),
         np.array(t_evicted, dtype=np.int64),
         np.array(t_vacated, dtype=np.int64),
+        np.array(t_piped, dtype=np.bool_),
+        np.array(t_held, dtype=np.int64),
+        np.array(t_also, dtype=np.int64),
         [i for _q, _key, _seq, i in order],
     )
 
 
+class _Vacated(NamedTuple):
+    """What a pod placed in the session leaves when a simulation evicts it back to pending
+    (Statement._apply_unplace): the place it leaves (``at``, kept releasing), whether it
+    was pipelined there (else bound), the place a moved pod held where it runs
+    (``held``, -1: none), and an older vacated place of it (``also``, -1: none; -2: more
+    than one, which the core does not take)."""
+
+    at: int
+    pipelined: bool = False
+    held: int = -1
+    also: int = -1
+
+
+_NOT_VACATED = _Vacated(-1)
+
+
 @contextmanager
-def _evicted(victims: list[Task]) -> Iterator[dict[Task, int]]:
+def _evicted(victims: list[Task], nodes: NodeTable) -> Iterator[dict[Task, _Vacated]]:
     """The victims' statuses as an eviction sets them, put back on leaving; yields the
-    places the pods bound in the session leave (a pod bound in the session goes back to
-    pending, leaving a vacated place)."""
+    places the pods placed in the session leave (such a pod goes back to pending)."""
     before = [(t, t.status, t.node, t.virtually_evicted) for t in victims]
-    vacated_at: dict[Task, int] = {}
+    vacated: dict[Task, _Vacated] = {}
     try:
         for task in victims:
             if task.status is TaskStatus.BINDING:
-                vacated_at[task] = task.node
+                vacated[task] = _Vacated(task.node)
+                task.status = TaskStatus.PENDING
+                task.node = -1
+            elif task.status is TaskStatus.PIPELINED and not task.pod.node_name:
+                older = nodes.vacated.get(task, ())
+                also = older[0].node if len(older) == 1 else (-1 if not older else -2)
+                vacated[task] = _Vacated(task.node, True, nodes.held.get(task, -1), also)
                 task.status = TaskStatus.PENDING
                 task.node = -1
             else:
                 task.status = TaskStatus.RELEASING
                 task.virtually_evicted = True
-        yield vacated_at
+        yield vacated
     finally:
         for task, status, node, virtual in before:
             task.status = status

@@ -210,6 +210,12 @@ def simulate(
             verdict.replay(stmt)
             if _statement_state(check, stmt, pods) != made:
                 raise AssertionError(f"replayed steps differ from the loop's: {scenario!r}")
+            nodes = ssn.nodes
+            if verdict.rows is not None and (
+                verdict.rows[0].tobytes() != nodes.idle.tobytes()
+                or verdict.rows[1].tobytes() != nodes.releasing.tobytes()
+            ):
+                raise AssertionError(f"the core's node rows differ from the loop's: {scenario!r}")
         else:
             verdict.replay(stmt)
     elif not _re_place(ssn, stmt, scenario, victim_jobs, within):
@@ -251,16 +257,19 @@ def judge_placements(
     back on its node it is un-evicted, placed elsewhere it is pipelined there (still
     marked: it runs where it was).  A victim bound in the session goes back to pending;
     put back on its node its binding is restored (or, retaking its vacated place, it
-    is pipelined there), placed elsewhere it is pipelined.  A pending pod placed is
-    pipelined.  The changed pods' queues' versions are bumped, as the statement's events
-    bump them, so what is kept by them is read again, then again once set back.  None (not
-    judged) for a victim in another state.
+    is pipelined there), placed elsewhere it is pipelined.  So does a victim pipelined
+    in the session, whose placement is restored where it was when it is put back on a
+    node of its vacated places.  A pending pod placed is pipelined.  The changed pods'
+    queues' versions are bumped, as the statement's events bump them, so what is kept by
+    them is read again, then again once set back.  None (not judged) for a victim in
+    another state.
     """
+    vacated = ssn.nodes.vacated
     for task in victims:
         if task.virtually_evicted or task.node < 0:
             return None
         if task.status not in _RUNNING and not (
-            task.status is TaskStatus.BINDING and not task.pod.node_name
+            task.status in _PLACED_IN_SESSION and not task.pod.node_name
         ):
             return None
     evicted = set(victims)
@@ -270,9 +279,16 @@ def judge_placements(
         for task in victims:
             changed.append((task, task.status, task.node, task.virtually_evicted))
             node, retook = placed.get(task, (-1, False))
-            if node == task.node and not retook:
-                continue  # un-evicted, or bound again: as it was
-            if task.status is TaskStatus.BINDING:
+            if not retook and (
+                node == task.node
+                or (
+                    task.status is TaskStatus.PIPELINED
+                    and node >= 0
+                    and any(place.node == node for place in vacated.get(task, ()))
+                )
+            ):
+                continue  # un-evicted, or its placement restored: as it was
+            if task.status in _PLACED_IN_SESSION:
                 task.status = TaskStatus.PENDING if node < 0 else TaskStatus.PIPELINED
                 task.node = node
             else:
@@ -301,9 +317,11 @@ def judge_placements(
             ssn.bump_queue_versions(task)
 
 
-#: The victims the pods-only judgement takes, besides pods bound in the session: running
-#: or bound before it (their eviction leaves them releasing where they are).
+#: The victims the pods-only judgement takes: running or bound before the session (their
+#: eviction leaves them releasing where they are), or bound or pipelined in it (not on a
+#: node yet: their eviction takes them back to pending).
 _RUNNING = (TaskStatus.RUNNING, TaskStatus.BOUND)
+_PLACED_IN_SESSION = (TaskStatus.BINDING, TaskStatus.PIPELINED)
 
 
 def _failed(check: ReplacementCheck | None) -> Simulation:
