@@ -168,6 +168,15 @@ cdef void _block(object array, double* out, Py_ssize_t n) except *:
         PyBuffer_Release(&view)
 
 
+cdef void _ints(list values, long long* out, Py_ssize_t k) except *:
+    """Copy the first ``k`` of ``values`` (a participant's per-pod integers)."""
+    if len(values) != k:
+        raise ValueError(f"expected {k} values per pod, got {len(values)}")
+    cdef Py_ssize_t j
+    for j in range(k):
+        out[j] = values[j]
+
+
 def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple columns):
     """:func:`kai.actions.solvers.replacement.lay_out`, compiled.
 
@@ -239,25 +248,15 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
             np_count[m] = part.np_count
             np_charge[m] = 1 if part.np_charge else 0
             gpu_need[m] = part.gpu_need
-            values = part.nominated
-            k = len(values)
-            for j in range(k):
-                t_nominated[t + j] = values[j]
-            values = part.evicted_from
-            for j in range(k):
-                t_evicted[t + j] = values[j]
-            values = part.vacated_at
-            for j in range(k):
-                t_vacated[t + j] = values[j]
+            k = len(part.nominated)
+            _ints(part.nominated, t_nominated + t, k)
+            _ints(part.evicted_from, t_evicted + t, k)
+            _ints(part.vacated_at, t_vacated + t, k)
+            _ints(part.held_at, t_held + t, k)
+            _ints(part.also, t_also + t, k)
             values = part.pipelined_back
             for j in range(k):
                 t_piped[t + j] = 1 if values[j] else 0
-            values = part.held_at
-            for j in range(k):
-                t_held[t + j] = values[j]
-            values = part.also
-            for j in range(k):
-                t_also[t + j] = values[j]
             values = part.masks
             for j in range(k):
                 mask = values[j]
