@@ -227,3 +227,40 @@ def test_a_pod_larger_than_every_node_is_not_reclaimed_for() -> None:
     assert too_large in reason
     assert statuses(result)["big-0"] == ("Pending", None)
     assert [d for d in decisions(result) if d[0] == "pipeline"] == [("pipeline", "c-0", "n1")]
+
+
+def test_victim_queues_refused_whole_decide_as_asking_about_each_job(monkeypatch) -> None:
+    """Reclaim leaves out the victim queues its queue-level filters refuse (proportion's
+    rule reads a victim only through its queue) instead of asking about each job: the
+    same decisions as asking, on generated contested clusters and a reclaim storm."""
+    import kai.bench as bench
+    from kai.bench_clusters import NOW, random_cluster
+    from kai.engine import Snapshot, run_session
+    from kai.framework.session import Session
+
+    refused: list[bool] = []
+    original = Session.reclaim_victim_queue_refused
+
+    def counted(self, reclaimer, queue):
+        answer = original(self, reclaimer, queue)
+        refused.append(answer)
+        return answer
+
+    storm = bench.SCENARIOS["reclaim-storm"]
+
+    def sessions() -> list[dict]:
+        out = []
+        for seed in range(24):
+            cluster = random_cluster(seed, nodes=6 + seed % 5, jobs=30 + seed)
+            snap = Snapshot.from_objects(cluster.dicts())
+            out.append(run_session(snap, now=NOW).to_json(explain=True))
+        snap = Snapshot(storm.build(storm.sizes["small"]).objects())
+        config = bench.scenario_config(storm)
+        out.append(run_session(snap, now=NOW, config=config, actions=storm.actions).to_json())
+        return out
+
+    monkeypatch.setattr(Session, "reclaim_victim_queue_refused", counted)
+    by_queue = sessions()
+    assert any(refused) and not all(refused), refused.count(True)
+    monkeypatch.setattr(Session, "reclaim_victim_queue_refused", lambda *args: False)
+    assert sessions() == by_queue

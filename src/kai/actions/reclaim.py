@@ -46,7 +46,10 @@ def reclaim(ssn: Session) -> None:
         preemptible_only=False,
         refuse=refuse,
         accept=accept,
-        accept_leaf=lambda reclaimer, queue: queue != reclaimer.queue,
+        # Leaf queues whose every job the filters refuse (by queue) are left out whole.
+        accept_leaf=lambda reclaimer, queue: (
+            queue != reclaimer.queue and not ssn.reclaim_victim_queue_refused(reclaimer, queue)
+        ),
         validator=validator,
     )
 

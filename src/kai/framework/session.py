@@ -149,6 +149,9 @@ class _Reg:
     # scenario validators: whether ``fn`` reads nothing a simulation changes but its pods'
     # statuses, nodes and eviction marks (see Session.add_reclaim_scenario_validator_fn).
     reads_pods_only: bool = False
+    # reclaim victim filters: the filter's answer for every victim of a queue, when it
+    # reads the victim only through its queue (see Session.add_reclaim_victim_filter_fn).
+    by_queue: Callable[[Job, str], bool] | None = None
 
 
 class PredicateError(Exception):
@@ -271,9 +274,10 @@ class Session:
         job_key: Callable[[Job | None], Any] | None = None,
         *,
         reads_pods_only: bool = False,
+        by_queue: Callable[[Job, str], bool] | None = None,
     ) -> None:
         tier, plugin = self._current
-        self._regs[point].append(_Reg(tier, plugin, fn, job_key, reads_pods_only))
+        self._regs[point].append(_Reg(tier, plugin, fn, job_key, reads_pods_only, by_queue))
         if point == "task_order":
             self._task_key = False
             self._task_orders.clear()
@@ -329,8 +333,20 @@ class Session:
     def add_event_handler(self, handler: EventHandler) -> None:
         self.event_handlers.append(handler)
 
-    def add_reclaim_victim_filter_fn(self, fn: Callable[[Job, Job], bool]) -> None:
-        self._add("reclaim_victim_filter", fn)
+    def add_reclaim_victim_filter_fn(
+        self,
+        fn: Callable[[Job, Job], bool],
+        *,
+        by_queue: Callable[[Job, str], bool] | None = None,
+    ) -> None:
+        """fn(reclaimer, victim) -> bool.
+
+        ``by_queue(reclaimer, queue)``, when given, is ``fn``'s answer for every victim
+        in ``queue`` (``fn`` reads the victim only through its queue): a search then
+        leaves out the leaf queues it refuses without asking about each job
+        (:meth:`reclaim_victim_queue_refused`).
+        """
+        self._add("reclaim_victim_filter", fn, by_queue=by_queue)
 
     def add_preempt_victim_filter_fn(self, fn: Callable[[Job, Job], bool]) -> None:
         self._add("preempt_victim_filter", fn)
@@ -534,6 +550,18 @@ class Session:
 
     def preempt_victim_filter(self, preemptor: Job, victim: Job) -> bool:
         return self._all_accept("preempt_victim_filter", preemptor, victim)
+
+    def reclaim_victim_queue_refused(self, reclaimer: Job, queue: str) -> bool:
+        """Whether :meth:`reclaim_victim_filter` refuses every victim in ``queue`` for
+        ``reclaimer`` by the filters that answer per queue (``by_queue``), asked in order
+        up to the first that does not: a filter after that one would be asked of each
+        job before it (and may count what it is asked)."""
+        for reg in self._regs.get("reclaim_victim_filter", ()):
+            if reg.by_queue is None:
+                return False
+            if not reg.by_queue(reclaimer, queue):
+                return True
+        return False
 
     def _all_accept(self, point: str, actor: Job, victim: Job) -> bool:
         # Asked of every candidate victim of every search: a loop, not all() over a

@@ -150,17 +150,22 @@ class ReclaimRules:
         return _le(share.allocated_non_preemptible + request, share.deserved)
 
     def filter_victim(self, reclaimer: Job, victim: Job) -> bool:
-        """Whether ``victim`` may be reclaimed from (which only depends on the two queues
-        compared and the reclaimer's request).
+        """Whether ``victim`` may be reclaimed from: :meth:`filter_victim_queue` of its
+        queue."""
+        return self.filter_victim_queue(reclaimer, victim.queue)
+
+    def filter_victim_queue(self, reclaimer: Job, queue: str | None) -> bool:
+        """Whether victims in ``queue`` may be reclaimed from (which only depends on the
+        two queues compared and the reclaimer's request).
 
         Remembered per (reclaimer, compared queues) while neither queue's version (bumped
         by every allocate or deallocate event below it, so also by any change of the
         reclaimer's tasks) nor the number of decisions changed.
         """
         shares = self.plugin.shares
-        if reclaimer.queue not in shares or victim.queue not in shares:
+        if reclaimer.queue not in shares or queue not in shares:
             return True
-        pair = (reclaimer.queue, victim.queue)
+        pair = (reclaimer.queue, queue)
         leveled = self._leveled.get(pair)
         if leveled is None:
             leveled = self._leveled[pair] = self.leveled(shares, *pair)
@@ -347,7 +352,7 @@ def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:
     # would make a reference cycle with ``rules.plugin``).
     rules = ReclaimRules(plugin, ssn)
     ssn.add_can_reclaim_resources_fn(rules.can_reclaim)
-    ssn.add_reclaim_victim_filter_fn(rules.filter_victim)
+    ssn.add_reclaim_victim_filter_fn(rules.filter_victim, by_queue=rules.filter_victim_queue)
     # The validator reads the queues as they were when the job's search started (frozen),
     # and of the pods only their statuses (the reclaimer's next request, kept by its
     # queue's version): a simulation may be judged without its statement.
