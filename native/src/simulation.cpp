@@ -386,36 +386,27 @@ class Replacer {
   // Statement.pipeline of pod t on node n: a victim put back where it was is
   // un-evicted (undo of its eviction), one placed elsewhere leaves its old place
   // releasing (NodeTable.hold), a pending pod is pipelined.  A pod the session had
-  // bound, back on its node, gets its placement back (Statement._restore_unplaced); so
-  // does one the session had pipelined, back on a node of its vacated places (restored
-  // where it was pipelined).
+  // placed, back on a node of its vacated places, gets its placement back where it was
+  // (Statement._restore_unplaced): bound again, or pipelined again (a moved pod also
+  // holding its old place again); where that node can no longer hold it, it is evicted
+  // again and pipelined on n, taking its vacated place there.  (A bound pod has no
+  // older vacated place, nor a held one.)
   i64 place(i64 m, i64 t, i64 n) {
     const i64 back = s_.t_vacated_at[t];
-    if (back >= 0 && s_.t_pipelined_back[t] && (back == n || s_.t_also[t] == n)) {
+    if (back >= 0 && (back == n || s_.t_also[t] == n)) {
+      const bool pipelined = s_.t_pipelined_back[t];
+      const Rows kind = pipelined ? kPipelined : kIdle;
       const i64 held = s_.t_held_at[t];
       rows(back, t, kReleasing, false);  // its vacated place, freed
-      if (held >= 0) rows(held, t, kReleasing, true);  // moved: holding its old place again
-      rows(back, t, kPipelined, true);   // pipelined there again
+      if (held >= 0) rows(held, t, kReleasing, true);
+      rows(back, t, kind, true);  // placed there again
       charge(m, t, true);
-      if (!overcommitted(back, false)) return kRestored;
-      rows(back, t, kPipelined, false);  // evicted again (a new vacated place) ...
+      if (!overcommitted(back, !pipelined)) return kRestored;
+      rows(back, t, kind, false);  // evicted again (a new vacated place) ...
       rows(back, t, kReleasing, true);
       if (held >= 0) rows(held, t, kReleasing, false);
       charge(m, t, false);
       rows(n, t, kReleasing, false);  // ... and pipelined on n, taking its place there
-      rows(n, t, kPipelined, true);
-      charge(m, t, true);
-      return kRetook;
-    }
-    if (back == n) {
-      rows(n, t, kReleasing, false);  // its vacated place, freed
-      rows(n, t, kIdle, true);        // bound there again
-      charge(m, t, true);
-      if (!overcommitted(n)) return kRestored;
-      rows(n, t, kIdle, false);  // evicted again (a new vacated place) ...
-      rows(n, t, kReleasing, true);
-      charge(m, t, false);
-      rows(n, t, kReleasing, false);  // ... which it takes, pipelined
       rows(n, t, kPipelined, true);
       charge(m, t, true);
       return kRetook;
@@ -432,17 +423,17 @@ class Replacer {
 
   // Statement._undo of place() (``how``: what it returned).
   void unplace(i64 m, i64 t, i64 n, i64 how) {
-    if (how == kRestored && s_.t_pipelined_back[t]) {  // Statement._apply_unplace
+    if (how == kRestored) {  // Statement._apply_unplace, where it was placed back
       const i64 back = s_.t_vacated_at[t], held = s_.t_held_at[t];
-      rows(back, t, kPipelined, false);
-      rows(back, t, kReleasing, true);
+      rows(back, t, s_.t_pipelined_back[t] ? kPipelined : kIdle, false);
+      rows(back, t, kReleasing, true);  // the vacated place, held again
       if (held >= 0) rows(held, t, kReleasing, false);
       charge(m, t, false);
       return;
     }
-    if (how != kPlain) {
-      rows(n, t, how == kRestored ? kIdle : kPipelined, false);
-      rows(n, t, kReleasing, true);  // the vacated place, held again
+    if (how == kRetook) {
+      rows(n, t, kPipelined, false);
+      rows(n, t, kReleasing, true);  // the vacated place it took, held again
       charge(m, t, false);
       return;
     }

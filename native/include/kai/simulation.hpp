@@ -129,9 +129,9 @@ enum class Step : i64 {
   kCheckpoint = 0,  // (0, participant, -1): a job's pods are about to be placed
   kPlace = 1,       // (1, pod, node): the pod pipelined on the node
   kRollback = 2,    // (2, participant, -1): back to the last checkpoint (a pod found no node)
-  kRetake = 3,      // (3, pod, node): a pod bound in the session, back on the node it left,
-                    // which can no longer hold it bound: pipelined onto its vacated place
-                    // (kPlace for such a pod there: its binding restored)
+  kRetake = 3,      // (3, pod, node): a pod placed in the session, back on a node of its
+                    // vacated places where its placement cannot be restored: pipelined
+                    // onto its vacated place there (kPlace for such a pod: restored)
 };
 
 /// The re-placement of ``sim``'s victims and preemptor.  ``picker`` is the session's
