@@ -822,9 +822,6 @@ class Session:
     def bump_queue_versions(self, task: Task) -> None:
         """Bump the versions of ``task``'s queue and its ancestors, as an event on the task
         does: what is kept by those versions is read again."""
-        self._bump_queue_versions(task)
-
-    def _bump_queue_versions(self, task: Task) -> None:
         job = task.job
         name = job.queue if job is not None else None
         versions, queues = self.queue_versions, self.queues
@@ -835,14 +832,14 @@ class Session:
             depth += 1
 
     def fire_allocate(self, task: Task) -> None:
-        self._bump_queue_versions(task)
+        self.bump_queue_versions(task)
         event = Event(task)
         for handler in self.event_handlers:
             if handler.allocate_func is not None:
                 handler.allocate_func(event)
 
     def fire_deallocate(self, task: Task) -> None:
-        self._bump_queue_versions(task)
+        self.bump_queue_versions(task)
         event = Event(task)
         for handler in self.event_handlers:
             if handler.deallocate_func is not None:

@@ -177,9 +177,9 @@ class Verdict:
                 stmt.rollback(checkpoint)
 
     def placements(self) -> dict[Task, tuple[int, bool]]:
-        """Where the steps leave each pod they place (a gang rolled back places none), and
-        whether a pod bound in the session is pipelined onto its vacated place there
-        instead of bound again (kai/simulation.hpp's ``kRetake``)."""
+        """Where the steps place each pod (a gang rolled back places none), and whether a
+        pod placed in the session is pipelined onto its vacated place there instead of
+        getting its placement back (kai/simulation.hpp's ``kRetake``)."""
         assert self.steps is not None and self.pods is not None
         pods = self.pods
         placed: dict[Task, tuple[int, bool]] = {}
@@ -598,11 +598,9 @@ class ReplacementCheck:
                     base, job, tasks_to_allocate(self.ssn, job), evicted, vacated_at
                 )
             self._layouts[key] = part
-        packed: np.ndarray = _NO_VICTIMS
-        if pack:
-            kept = self._packs.get(key)
-            packed = kept if kept is not None else self._packed(evicted)
-            self._packs[key] = packed
+        packed = self._packs.get(key) if pack else _NO_VICTIMS
+        if packed is None:
+            packed = self._packs[key] = self._packed(evicted)
         return _Slot(job, part, packed, base.index.get(job, -1), queue, version)
 
     def _view(self, base: _Base, preemptor: Job, pending: list[Task]) -> _Participant:

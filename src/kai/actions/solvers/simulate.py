@@ -225,8 +225,7 @@ def simulate(
     # Victims still releasing, and victims this session had placed whose placement the
     # eviction withdrew (pending again): KAI-Scheduler has those releasing too, and its
     # validators and recorded victims count them.
-    preempted = _left(victims)
-    moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
+    preempted, moved = _outcome(victims)
     _verify(compiled, not (every_victim and preempted), scenario)
     valid = validator(scenario, preempted, moved)
     if check is not None and check.verify and judged is not None and judged != valid:
@@ -248,12 +247,14 @@ def judge_placements(
     victims: list[Task],
     scenario: Scenario,
     validator: PodStatusValidator,
-) -> bool | None:
+) -> bool:
     """The validator's answer on the simulation whose re-placement leaves ``placed`` (pod
     to node, and whether it retook a vacated place: :meth:`Verdict.placements`), with
     its pods set as the statement would leave them, then set back.
 
-    A victim running or bound before the session is evicted (releasing, marked); put
+    The victims are those the core took (``victim_arrays`` in
+    kai.actions.solvers.replacement: every placed verdict's were laid out by it).  A
+    victim running or bound before the session is evicted (releasing, marked); put
     back on its node it is un-evicted, placed elsewhere it is pipelined there (still
     marked: it runs where it was).  A victim bound in the session goes back to pending;
     put back on its node its binding is restored (or, retaking its vacated place, it
@@ -261,17 +262,9 @@ def judge_placements(
     in the session, whose placement is restored where it was when it is put back on a
     node of its vacated places.  A pending pod placed is pipelined.  The changed pods'
     queues' versions are bumped, as the statement's events bump them, so what is kept by
-    them is read again, then again once set back.  None (not judged) for a victim in
-    another state.
+    them is read again, then again once set back.
     """
     vacated = ssn.nodes.vacated
-    for task in victims:
-        if task.virtually_evicted or task.node < 0:
-            return None
-        if task.status not in _RUNNING and not (
-            task.status in _PLACED_IN_SESSION and not task.pod.node_name
-        ):
-            return None
     evicted = set(victims)
     changed: list[tuple[Task, TaskStatus, int, bool]] = []
     queues: dict[str | None, Task] = {}  # a changed pod of each queue, to bump its versions
@@ -305,9 +298,7 @@ def judge_placements(
             queues.setdefault(task.job.queue, task)
         for task in queues.values():
             ssn.bump_queue_versions(task)
-        preempted = _left(victims)
-        moved = [t for t in victims if t.status is TaskStatus.PIPELINED]
-        return validator(scenario, preempted, moved)
+        return validator(scenario, *_outcome(victims))
     finally:
         for task, status, node, marked in changed:
             task.status = status
@@ -317,10 +308,8 @@ def judge_placements(
             ssn.bump_queue_versions(task)
 
 
-#: The victims the pods-only judgement takes: running or bound before the session (their
-#: eviction leaves them releasing where they are), or bound or pipelined in it (not on a
-#: node yet: their eviction takes them back to pending).
-_RUNNING = (TaskStatus.RUNNING, TaskStatus.BOUND)
+#: Victims placed in the session (not on a node yet): their eviction takes them back to
+#: pending.
 _PLACED_IN_SESSION = (TaskStatus.BINDING, TaskStatus.PIPELINED)
 
 
@@ -342,6 +331,12 @@ def _evict(ssn: Session, victims: list[Task], reason: str) -> Statement:
 def _left(victims: list[Task]) -> list[Task]:
     """The victims a simulation's re-placement left evicted."""
     return [t for t in victims if t.status in _EVICTED]
+
+
+def _outcome(victims: list[Task]) -> tuple[list[Task], list[Task]]:
+    """What a validator is given of a simulation: the victims its re-placement left
+    evicted (:func:`_left`), and those it pipelined elsewhere (moved)."""
+    return _left(victims), [t for t in victims if t.status is TaskStatus.PIPELINED]
 
 
 def _re_place(
