@@ -379,6 +379,7 @@ class _PlacementBound:
         return shared.fits(scenario.batches, self.ssn)
 
 
+@dataclass(slots=True)
 class SlotBound:
     """Whether whole-GPU pods asking for the sizes of ``needs`` could still fit the
     slots of a probe's nodes once a scenario's batches are evicted too.
@@ -390,19 +391,11 @@ class SlotBound:
     same answers.
     """
 
-    def __init__(
-        self,
-        capacity: np.ndarray,
-        inside: np.ndarray,
-        needs: list[tuple[float, int]],
-        slots: list[int],
-        slack: float,
-    ) -> None:
-        self.capacity = capacity
-        self.inside = inside
-        self.needs = needs
-        self.slots = slots
-        self.slack = slack
+    capacity: np.ndarray
+    inside: np.ndarray
+    needs: list[tuple[float, int]]
+    slots: list[int]
+    slack: float
 
     def fits(self, batches: list[VictimBatch], ssn: Session) -> bool:
         """Whether the slots suffice once ``batches`` (sharing no pod with each other nor
