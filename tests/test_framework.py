@@ -61,6 +61,39 @@ def test_rollback_restores_nodes_tasks_and_queue_accounting():
     assert ssn.decisions == []
 
 
+def test_queue_versions_set_back_after_a_change_undone_exactly():
+    """Inside the block the changed pods' queues and their ancestors carry versions no
+    state had (and no later bump makes); after it, the ones they had, whatever was
+    bumped inside."""
+    ssn = session(
+        [
+            node("n1", gpus=4),
+            queue("root"),
+            queue("a", parent="root"),
+            queue("b", parent="root"),
+            pod("x", gpus=1, queue="a", node="n1"),
+            pod("y", gpus=1, queue="b", node="n1"),
+        ]
+    )
+    x = ssn.jobs["default/x"].tasks[0]
+    y = ssn.jobs["default/y"].tasks[0]
+    ssn.bump_queue_versions(x)
+    ssn.bump_queue_versions(y)
+    before, epoch = dict(ssn.queue_versions), ssn.queue_epoch
+    used: set[int] = set()
+    for _ in range(2):
+        with ssn.set_back_queue_versions([x]):
+            inside = dict(ssn.queue_versions)
+            assert inside["b"] == before["b"]  # y's queue alone is not x's
+            fresh = {inside["a"], inside["root"], ssn.queue_epoch}
+            assert len(fresh) == 3 and all(v < 0 for v in fresh) and not fresh & used
+            used |= fresh
+            ssn.bump_queue_versions(x)
+        assert dict(ssn.queue_versions) == before and ssn.queue_epoch == epoch
+    ssn.bump_queue_versions(x)
+    assert ssn.queue_versions["a"] == before["a"] + 1 and ssn.queue_epoch == epoch + 1
+
+
 def test_commit_turns_operations_into_decisions():
     ssn = session(
         [

@@ -157,6 +157,47 @@ def test_sessions_decide_the_same_without_the_pods_only_judgement(seed: int, mon
     assert _session(_random(seed), actions=ACTIONS) == judging
 
 
+def test_a_judgement_leaves_the_queue_versions_as_they_were(monkeypatch) -> None:
+    """Judged on its pods, a placed simulation sets them back exactly: the queue versions
+    and the search's state stamp come back too, so what the search kept across its
+    simulations still holds.  While the validator runs, the changed queues' versions are
+    ones no state had before, so no memo kept by them is read across the change."""
+    from kai.actions.solvers.scenario import same_state, state_stamp
+
+    seen: list[bool] = []
+    original = simulate.judge_placements
+
+    def checked(ssn, placed, victims, scenario, validator):
+        before = dict(ssn.queue_versions), state_stamp(ssn)
+        pods = {*victims, *placed}
+        states = {task: (task.status, task.node, task.virtually_evicted) for task in pods}
+        during: list[tuple[dict, set]] = []
+
+        def watching(*args):
+            moved = {
+                task.job.queue
+                for task in pods
+                if states[task] != (task.status, task.node, task.virtually_evicted)
+            }
+            during.append((dict(ssn.queue_versions), moved))
+            return validator(*args)
+
+        answer = original(ssn, placed, victims, scenario, watching)
+        assert dict(ssn.queue_versions) == before[0]
+        assert same_state(state_stamp(ssn), before[1])
+        versions, moved = during[0]
+        changed = {name for name, v in versions.items() if v != before[0].get(name, 0)}
+        assert moved and changed >= moved
+        assert all(versions[name] < 0 for name in changed)  # never a state's version
+        seen.append(answer)
+        return answer
+
+    monkeypatch.setattr(simulate, "judge_placements", checked)
+    for seed in SEEDS[::2]:
+        _session(_random(seed), actions=ACTIONS)
+    assert set(seen) == {True, False}, seen
+
+
 def test_bad_arrays_are_refused(monkeypatch) -> None:
     """The binding checks the indices the kernel trusts."""
     captured: list = []

@@ -795,6 +795,7 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     for name, count in zip(plan.queues, out["q_events"].tolist()):
         if count:
             versions[name] += count
+            ssn.queue_epoch += 1
 
 
 def _apply_devices(

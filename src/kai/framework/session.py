@@ -22,8 +22,10 @@ built-in plugins use, backed by the native core).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -232,6 +234,11 @@ class Session:
         # Per queue: how many allocate/deallocate events touched a job of its subtree.
         # Lets the job queue reuse queue comparisons whose queues have not changed.
         self.queue_versions: dict[str, int] = defaultdict(int)
+        # Moves with every version bump: one number for "some queue changed" (state
+        # stamps read it).  Versions stood in by set_back_queue_versions are negative,
+        # each used once.
+        self.queue_epoch = 0
+        self._unseen_versions = itertools.count(-1, -1)
         # (task, nodes.version, fits-idle mask) of the last filter_nodes call.
         self._fits_idle_cache: tuple[Task, int, np.ndarray] | None = None
         # Per job of the session, its tasks in task order (see ordered_tasks).
@@ -822,14 +829,41 @@ class Session:
     def bump_queue_versions(self, task: Task) -> None:
         """Bump the versions of ``task``'s queue and its ancestors, as an event on the task
         does: what is kept by those versions is read again."""
+        versions = self.queue_versions
+        for name in self._versioned_queues(task):
+            versions[name] += 1
+        self.queue_epoch += 1
+
+    def _versioned_queues(self, task: Task) -> Iterator[str]:
+        """``task``'s queue and its ancestors: the queues whose versions its events bump."""
         job = task.job
         name = job.queue if job is not None else None
-        versions, queues = self.queue_versions, self.queues
+        queues = self.queues
         depth = 0
         while name is not None and name in queues and depth < 64:
-            versions[name] += 1
+            yield name
             name = queues[name].parent
             depth += 1
+
+    @contextmanager
+    def set_back_queue_versions(self, tasks: Iterable[Task]) -> Iterator[None]:
+        """For pods changed in the block and set back exactly as they were by its end:
+        while it runs, their queues (and ancestors) and the epoch carry versions never
+        used before, so nothing kept by the versions is read across the change; after it,
+        the versions they had, so what was kept before the block holds again."""
+        versions = self.queue_versions
+        saved: dict[str, int] = {}
+        for task in tasks:
+            for name in self._versioned_queues(task):
+                if name not in saved:
+                    saved[name] = versions[name]
+                    versions[name] = next(self._unseen_versions)
+        epoch, self.queue_epoch = self.queue_epoch, next(self._unseen_versions)
+        try:
+            yield
+        finally:
+            versions.update(saved)
+            self.queue_epoch = epoch
 
     def fire_allocate(self, task: Task) -> None:
         self.bump_queue_versions(task)

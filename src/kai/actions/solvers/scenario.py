@@ -768,7 +768,7 @@ def state_stamp(ssn: Session) -> StateStamp:
     versions move with it): what a search keeps across its simulations holds while
     the stamp is the same (:func:`same_state`)."""
     nodes = ssn.nodes
-    return (nodes, nodes.version, sum(ssn.queue_versions.values()))
+    return (nodes, nodes.version, ssn.queue_epoch)
 
 
 def same_state(a: StateStamp, b: StateStamp) -> bool:

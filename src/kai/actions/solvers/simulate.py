@@ -260,14 +260,16 @@ def judge_placements(
     put back on its node its binding is restored (or, retaking its vacated place, it
     is pipelined there), placed elsewhere it is pipelined.  So does a victim pipelined
     in the session, whose placement is restored where it was when it is put back on a
-    node of its vacated places.  A pending pod placed is pipelined.  The changed pods'
-    queues' versions are bumped, as the statement's events bump them, so what is kept by
-    them is read again, then again once set back.
+    node of its vacated places.  A pending pod placed is pipelined.  While the validator
+    runs, the changed pods' queues carry versions never used before, so nothing kept by
+    them is read across the change; set back, the pods are exactly as they were, and so
+    are their queues' versions (:meth:`Session.set_back_queue_versions`): what the search
+    kept before the judgement (its probes' layouts, its accumulations) holds again.
     """
     vacated = ssn.nodes.vacated
     evicted = set(victims)
     changed: list[tuple[Task, TaskStatus, int, bool]] = []
-    queues: dict[str | None, Task] = {}  # a changed pod of each queue, to bump its versions
+    queues: dict[str | None, Task] = {}  # a changed pod of each queue, for its versions
     try:
         for task in victims:
             changed.append((task, task.status, task.node, task.virtually_evicted))
@@ -296,16 +298,13 @@ def judge_placements(
             task.status = TaskStatus.PIPELINED
             task.node = node
             queues.setdefault(task.job.queue, task)
-        for task in queues.values():
-            ssn.bump_queue_versions(task)
-        return validator(scenario, *_outcome(victims))
+        with ssn.set_back_queue_versions(queues.values()):
+            return validator(scenario, *_outcome(victims))
     finally:
         for task, status, node, marked in changed:
             task.status = status
             task.node = node
             task.virtually_evicted = marked
-        for task in queues.values():
-            ssn.bump_queue_versions(task)
 
 
 #: Victims placed in the session (not on a node yet): their eviction takes them back to
