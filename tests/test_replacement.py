@@ -214,6 +214,14 @@ def test_bad_arrays_are_refused(monkeypatch) -> None:
         if captured:
             break
     native, arrays = captured[0]
+    # Arrays in another form (not contiguous, another integer type) are converted.
+    outcome, steps = native.replace_victims(arrays)[:2]
+    arrays.idle = np.repeat(arrays.idle, 2, axis=0)[::2]
+    arrays.t_nominated = arrays.t_nominated.astype(np.int32)
+    again, again_steps = native.replace_victims(arrays)[:2]
+    assert again == outcome and (steps is None) == (again_steps is None)
+    if steps is not None:
+        np.testing.assert_array_equal(again_steps, steps)
     arrays.t_evicted_from = np.full_like(arrays.t_evicted_from, len(arrays.within))
     with pytest.raises(ValueError, match="t_evicted_from out of range"):
         native.replace_victims(arrays)

@@ -32,8 +32,9 @@ void require_size(const A& a, std::size_t expect, const char* where, const char*
 
 template <typename A>
 A get(const py::dict& d, const char* key, std::size_t expect) {
-  if (!d.contains(key)) throw py::key_error(std::string("allocate_loop: missing ") + key);
-  A a = py::cast<A>(d[key]);
+  PyObject* value = PyDict_GetItemString(d.ptr(), key);  // borrowed
+  if (value == nullptr) throw py::key_error(std::string("allocate_loop: missing ") + key);
+  A a = as_array<A>(value);
   require_size(a, expect, "allocate_loop", key);
   return a;
 }
@@ -299,9 +300,10 @@ py::dict allocate_loop(const py::dict& d) {
   return r;
 }
 
+// The array attribute ``name`` of ``o`` (field), of ``expect`` values.
 template <typename A>
 A sized(const py::object& o, const char* name, std::size_t expect) {
-  A a = py::cast<A>(o.attr(name));
+  A a = field<A>(o, name);
   require_size(a, expect, "replace_victims", name);
   return a;
 }
@@ -411,17 +413,17 @@ class NodePicker {
     kai::alloc::Replacement r;
     const F64 idle = sized<F64>(sim, "idle", N * R), releasing = sized<F64>(sim, "releasing", N * R);
     const Bool within = sized<Bool>(sim, "within", N);
-    const Bool masks = py::cast<Bool>(sim.attr("masks"));
-    r.P = py::cast<i64>(sim.attr("predicates"));
+    const Bool masks = field<Bool>(sim, "masks");
+    r.P = py::cast<i64>(attr(sim, "predicates"));
     const std::size_t per_mask = static_cast<std::size_t>(r.P) * N;
     if (r.P < 0 || (per_mask > 0 && static_cast<std::size_t>(masks.size()) % per_mask != 0)) {
       throw py::value_error("replace_victims: masks");
     }
     const i64 K = per_mask > 0 ? static_cast<i64>(static_cast<std::size_t>(masks.size()) / per_mask) : 0;
-    r.count_slack = py::cast<double>(sim.attr("count_slack"));
-    r.alike_from = py::cast<i64>(sim.attr("alike_from"));
-    r.every_victim = py::cast<bool>(sim.attr("every_victim"));
-    const F64 q_alloc = py::cast<F64>(sim.attr("q_alloc"));
+    r.count_slack = py::cast<double>(attr(sim, "count_slack"));
+    r.alike_from = py::cast<i64>(attr(sim, "alike_from"));
+    r.every_victim = py::cast<bool>(attr(sim, "every_victim"));
+    const F64 q_alloc = field<F64>(sim, "q_alloc");
     const auto Q = static_cast<std::size_t>(q_alloc.size()) / 3;
     r.Q = static_cast<i64>(Q);
     const F64 q_alloc_np = sized<F64>(sim, "q_alloc_np", Q * 3),
@@ -430,14 +432,14 @@ class NodePicker {
               allocatable = sized<F64>(sim, "q_allocatable", Q * 3), total = sized<F64>(sim, "total", 3);
     const I64 priority = sized<I64>(sim, "q_priority", Q), rank = sized<I64>(sim, "q_rank", Q),
               path_start = sized<I64>(sim, "q_path_start", Q + 1);
-    const I64 path = py::cast<I64>(sim.attr("q_path"));
+    const I64 path = field<I64>(sim, "q_path");
     const I64 kid_start = sized<I64>(sim, "kid_start", Q + 2);
-    const I64 kids = py::cast<I64>(sim.attr("kids"));
+    const I64 kids = field<I64>(sim, "kids");
     const I64 base_start = sized<I64>(sim, "base_start", Q + 1);
-    const F64 base_request = py::cast<F64>(sim.attr("base_request"));
+    const F64 base_request = field<F64>(sim, "base_request");
     const auto B = static_cast<std::size_t>(base_request.size()) / 3;
     const Bool base_skipped = sized<Bool>(sim, "base_skipped", B);
-    const I64 p_leaf = py::cast<I64>(sim.attr("p_leaf"));
+    const I64 p_leaf = field<I64>(sim, "p_leaf");
     const auto M = static_cast<std::size_t>(p_leaf.size());
     const I64 own_start = sized<I64>(sim, "own_start", Q + 1), own = sized<I64>(sim, "own", M),
               p_before = sized<I64>(sim, "p_before", M),
@@ -446,7 +448,7 @@ class NodePicker {
     const F64 p_request = sized<F64>(sim, "p_request", M * 3),
               p_gpu_need = sized<F64>(sim, "p_gpu_need", M);
     const Bool p_np_charge = sized<Bool>(sim, "p_np_charge", M);
-    const I64 t_mask = py::cast<I64>(sim.attr("t_mask"));
+    const I64 t_mask = field<I64>(sim, "t_mask");
     const auto T = static_cast<std::size_t>(t_mask.size());
     const F64 t_req = sized<F64>(sim, "t_req", T * R), t_qvec = sized<F64>(sim, "t_qvec", T * 3);
     const I64 t_nominated = sized<I64>(sim, "t_nominated", T),
@@ -454,13 +456,13 @@ class NodePicker {
               t_vacated_at = sized<I64>(sim, "t_vacated_at", T),
               t_held_at = sized<I64>(sim, "t_held_at", T), t_also = sized<I64>(sim, "t_also", T);
     const Bool t_pipelined_back = sized<Bool>(sim, "t_pipelined_back", T);
-    const I64 v_node = py::cast<I64>(sim.attr("v_node"));
+    const I64 v_node = field<I64>(sim, "v_node");
     const auto V = static_cast<std::size_t>(v_node.size());
     const F64 v_req = sized<F64>(sim, "v_req", V * R), v_qvec = sized<F64>(sim, "v_qvec", V * 3);
     const I64 v_leaf = sized<I64>(sim, "v_leaf", V);
     const Bool v_np = sized<Bool>(sim, "v_np", V), v_pipelined = sized<Bool>(sim, "v_pipelined", V);
     const I64 v_held = sized<I64>(sim, "v_held", V);
-    r.preemptor = py::cast<i64>(sim.attr("preemptor"));
+    r.preemptor = py::cast<i64>(attr(sim, "preemptor"));
     // Indices are checked here: the kernel trusts them.
     const auto q = static_cast<i64>(Q), n = static_cast<i64>(N);
     in_range(path, 0, q, "q_path");
@@ -535,7 +537,7 @@ class NodePicker {
     std::vector<i64> steps;  // recorded always: a placed verdict's are replayed
     r.steps = &steps;
     // The node rows it ends on, when asked (a check of the statement the steps make).
-    const bool with_rows = py::cast<bool>(sim.attr("with_rows"));
+    const bool with_rows = py::cast<bool>(attr(sim, "with_rows"));
     std::vector<double> final_idle, final_releasing;
     if (with_rows) {
       r.final_idle = &final_idle;
