@@ -168,13 +168,41 @@ cdef void _block(object array, double* out, Py_ssize_t n) except *:
         PyBuffer_Release(&view)
 
 
-cdef void _ints(list values, long long* out, Py_ssize_t k) except *:
-    """Copy the first ``k`` of ``values`` (a participant's per-pod integers)."""
-    if len(values) != k:
-        raise ValueError(f"expected {k} values per pod, got {len(values)}")
-    cdef Py_ssize_t j
-    for j in range(k):
-        out[j] = values[j]
+# The rows of a participant's per-pod integers (``_Participant.ints``: POD_INTS of them).
+cdef enum:
+    _POD_INTS = 6
+
+
+cdef void _pod_ints(object array, long long** out, Py_ssize_t k) except *:
+    """Copy a participant's per-pod integers (``[_POD_INTS, k]`` int64, C-contiguous),
+    each row to its place in ``out``."""
+    cdef Py_buffer view
+    cdef Py_ssize_t r
+    PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    try:
+        if view.len != _POD_INTS * k * 8 or view.itemsize != 8 or view.format == NULL or not (
+            strcmp(view.format, b"l") == 0 or strcmp(view.format, b"<l") == 0
+            or strcmp(view.format, b"q") == 0 or strcmp(view.format, b"<q") == 0
+        ):
+            raise TypeError(f"expected contiguous int64 rows of {k} values")
+        for r in range(_POD_INTS):
+            memcpy(out[r], (<long long*>view.buf) + r * k, k * sizeof(long long))
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef void _flags(object array, unsigned char* out, Py_ssize_t k) except *:
+    """Copy a bool vector of ``k`` elements."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    try:
+        if view.len != k or view.itemsize != 1 or view.format == NULL or (
+            strcmp(view.format, b"?") != 0
+        ):
+            raise TypeError(f"expected a bool vector of {k} elements")
+        memcpy(out, view.buf, k)
+    finally:
+        PyBuffer_Release(&view)
 
 
 def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple columns):
@@ -190,12 +218,15 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
     if ranked == NULL:
         raise MemoryError()
     cdef list order = [None] * n
+    cdef list pods = [None] * n
     try:
         for i in range(n):
             part = parts[i]
             ranked[i].rank = part.rank.value
             ranked[i].index = i
-            n_rows += len(part.rows)
+            piped = part.piped
+            pods[i] = piped
+            n_rows += len(piped)
         qsort(ranked, n, sizeof(_Ranked), _by_rank)
         for m in range(n):
             order[m] = ranked[m].index
@@ -225,9 +256,7 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
     cdef unsigned char* t_piped = np_charge + n
     cdef double* gpu_need = request + 3 * n
     cdef double* t_req = gpu_need + n
-    cdef dict slots = {}
-    cdef list stacked = []
-    cdef list values
+    cdef long long* rows[_POD_INTS]
     cdef Py_ssize_t preemptor_at = -1
     try:
         for q in range(n_queues + 1):
@@ -248,23 +277,17 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
             np_count[m] = part.np_count
             np_charge[m] = 1 if part.np_charge else 0
             gpu_need[m] = part.gpu_need
-            k = len(part.nominated)
-            _ints(part.nominated, t_nominated + t, k)
-            _ints(part.evicted_from, t_evicted + t, k)
-            _ints(part.vacated_at, t_vacated + t, k)
-            _ints(part.held_at, t_held + t, k)
-            _ints(part.also, t_also + t, k)
-            values = part.pipelined_back
-            for j in range(k):
-                t_piped[t + j] = 1 if values[j] else 0
-            values = part.masks
-            for j in range(k):
-                mask = values[j]
-                slot = slots.get(id(mask))
-                if slot is None:
-                    slot = slots[id(mask)] = len(stacked)
-                    stacked.append(mask)
-                t_mask[t + j] = slot
+            piped = pods[i]
+            k = len(piped)
+            # In the order of the rows of _Participant.ints.
+            rows[0] = t_nominated + t
+            rows[1] = t_evicted + t
+            rows[2] = t_vacated + t
+            rows[3] = t_held + t
+            rows[4] = t_also + t
+            rows[5] = t_mask + t
+            _pod_ints(part.ints, rows, k)
+            _flags(piped, t_piped + t, k)
             _block(part.block, t_req + t * n_resources, k * n_resources)
             t += k
             task_start[m + 1] = t
@@ -287,7 +310,6 @@ def lay_out(list parts, Py_ssize_t n_queues, Py_ssize_t n_resources, tuple colum
         ints_a[a + 3 * n : a + 4 * n],
         np_charge_a[:n],
         floats_a[3 * n : 4 * n],
-        np.array(stacked, dtype=np.bool_),
         t_req_a,
         _columns(t_req_a, n_rows, n_resources, columns),
         ints_a[a + 5 * n + 1 : a + 5 * n + 1 + n_rows],

@@ -220,6 +220,14 @@ class _Base:
     bare: frozenset[int]  # the leaves without stand-ins (a simulation links them itself)
 
 
+#: The rows of :attr:`_Participant.ints`.
+POD_INTS = 6
+_NOMINATED, _EVICTED_FROM, _VACATED_AT, _HELD_AT, _ALSO, _MASK = range(POD_INTS)
+_NO_PODS_F = np.zeros((0, 0), dtype=np.float64)
+_NO_PODS_I = np.zeros((POD_INTS, 0), dtype=np.int64)
+_NO_PODS_B = np.zeros(0, dtype=np.bool_)
+
+
 @dataclass(slots=True)
 class _Participant:
     """A participant of a simulation as its evictions leave it: its leaf queue, its
@@ -232,17 +240,16 @@ class _Participant:
     np_count: int
     np_charge: bool
     gpu_need: float = 0.0
-    rows: list[np.ndarray] = field(default_factory=list)
-    masks: list[np.ndarray] = field(default_factory=list)
-    nominated: list[int] = field(default_factory=list)
-    evicted_from: list[int] = field(default_factory=list)  # -1: pending
-    vacated_at: list[int] = field(default_factory=list)  # -1: none
-    pipelined_back: list[bool] = field(default_factory=list)
-    held_at: list[int] = field(default_factory=list)  # -1: none
-    also: list[int] = field(default_factory=list)  # -1: none
     rank: _Rank | None = None  # its (leaf, key) among the pool's participants
-    block: np.ndarray | None = None  # ``rows`` stacked, [pods, R]
-    tasks: list[Task] = field(default_factory=list)  # its pods to place, in order
+    # Its pods to place, in order, and their arrays as a simulation's take them (made
+    # once: lay_out copies them into each simulation's).
+    tasks: list[Task] = field(default_factory=list)
+    block: np.ndarray = field(default_factory=lambda: _NO_PODS_F)  # [pods, R]: requests
+    #: [POD_INTS, pods]: per pod its nominated node, the node it is evicted from (-1:
+    #: pending), its vacated place, held place and older vacated place (-1: none), and
+    #: its mask slot (the check's, :meth:`ReplacementCheck._mask_slot`).
+    ints: np.ndarray = field(default_factory=lambda: _NO_PODS_I)
+    piped: np.ndarray = field(default_factory=lambda: _NO_PODS_B)  # [pods]: pipelined_back
 
 
 class _Rank:
@@ -358,9 +365,14 @@ class ReplacementCheck:
         self.queues = queues
         self.shares = [proportion.shares[name] for name in self.names]
         self._base: _Base | None = None
-        # Per pod, what the session does not change: its constraint set's masks, its
+        # Per pod, what the session does not change: its constraint set's mask slot, its
         # nominated node and its GPU request.
-        self._pods: dict[Task, tuple[np.ndarray, int, float]] = {}
+        self._pods: dict[Task, tuple[int, int, float]] = {}
+        # The constraint sets' masks met, each given a slot (by id: the list keeps
+        # them alive), and the masks stacked in slot order while no new one is met.
+        self._mask_slots: dict[int, int] = {}
+        self._masks: list[np.ndarray] = []
+        self._stacked: np.ndarray | None = None
         # Per victim pod, what no simulation changes (_victim_kind).
         self._victim_kinds: dict[Task, tuple[int, bool] | tuple[()]] = {}
         # The victims' jobs laid out, by (job, its evicted pods, its pods' state: see
@@ -758,7 +770,7 @@ class ReplacementCheck:
             kid_start.append(len(kids))
         return np.array(kid_start, dtype=np.int64), np.array(kids, dtype=np.int64)
 
-    def _pod(self, task: Task, job: Job) -> tuple[np.ndarray, int, float]:
+    def _pod(self, task: Task, job: Job) -> tuple[int, int, float]:
         """What :meth:`_participant` reads of ``task`` that the session does not change,
         kept per pod; _Unsupported for a pod the core does not take (a GPU fraction or
         GPU memory, or a predicate that gives reasons per node)."""
@@ -769,8 +781,24 @@ class ReplacementCheck:
             raise _Unsupported
         nominated = task.pod.nominated_node_name
         at = self.ssn.nodes.index.get(nominated, -1) if nominated else -1
-        found = self._pods[task] = (mask, at, float(task.request[GPU]))
+        found = self._pods[task] = (self._mask_slot(mask), at, float(task.request[GPU]))
         return found
+
+    def _mask_slot(self, mask: np.ndarray) -> int:
+        """The slot of a constraint set's masks among those :meth:`_stacked_masks`
+        gives (the simulations' ``masks``)."""
+        slot = self._mask_slots.get(id(mask))
+        if slot is None:
+            slot = self._mask_slots[id(mask)] = len(self._masks)
+            self._masks.append(mask)
+            self._stacked = None
+        return slot
+
+    def _stacked_masks(self) -> np.ndarray:
+        """The masks of every slot (:meth:`_mask_slot`), stacked: [K, P, N]."""
+        if self._stacked is None:
+            self._stacked = np.array(self._masks, dtype=np.bool_)
+        return self._stacked
 
     def _participant(
         self,
@@ -801,6 +829,8 @@ class ReplacementCheck:
             not job.preemptible,
         )
         need = 0.0
+        ints: list[tuple[int, ...]] = []
+        piped: list[bool] = []
         for task in tasks:
             pod = pods.get(task) or self._pod(task, job)
             vacated = vacated_at.get(task, _NOT_VACATED)
@@ -808,30 +838,31 @@ class ReplacementCheck:
                 vacated.pipelined and vacated.also >= -1
             ):
                 raise _Unsupported  # (a pipelined victim's places are laid out below)
-            part.vacated_at.append(vacated.at)
-            part.pipelined_back.append(vacated.pipelined)
-            part.held_at.append(vacated.held)
-            part.also.append(vacated.also)
             if task.status is TaskStatus.PENDING:
-                part.evicted_from.append(-1)
+                evicted_from = -1
             elif (
                 task.status is TaskStatus.RELEASING
                 and task.virtually_evicted
                 and task in evicted_set
             ):
-                part.evicted_from.append(task.node)
+                evicted_from = task.node
             else:
                 raise _Unsupported
-            mask, nominated, gpus = pod
-            part.masks.append(mask)
-            part.nominated.append(nominated)
-            part.rows.append(task.request)
+            slot, nominated, gpus = pod
+            # In the order of the rows of _Participant.ints.
+            ints.append((nominated, evicted_from, vacated.at, vacated.held, vacated.also, slot))
+            piped.append(vacated.pipelined)
             if gpus > need:
                 need = gpus
         part.gpu_need = need
         part.tasks = list(tasks)
         part.rank = self._rank(leaf, key)
-        part.block = np.array(part.rows, dtype=np.float64).reshape(len(part.rows), -1)
+        width = self.ssn.nodes.idle.shape[1]
+        part.block = np.array([task.request for task in tasks], dtype=np.float64).reshape(
+            len(tasks), width
+        )
+        part.ints = np.array(ints, dtype=np.int64).reshape(len(tasks), POD_INTS).T.copy()
+        part.piped = np.array(piped, dtype=np.bool_)
         return part
 
     def _rank(self, leaf: int, key: Any) -> _Rank:
@@ -897,7 +928,6 @@ class ReplacementCheck:
             np_count,
             np_charge,
             gpu_need,
-            masks,
             t_req,
             t_qvec,
             t_mask,
@@ -921,7 +951,7 @@ class ReplacementCheck:
             idle=nodes.idle,
             releasing=nodes.releasing,
             within=within,
-            masks=masks,
+            masks=self._stacked_masks(),
             predicates=len(self.picker.predicates),
             count_slack=COUNT_SLACK,
             alike_from=GROUP_NODES_FROM,
@@ -1160,12 +1190,10 @@ def lay_out(
 
     Returns the preemptor's place, then ``own_start``, ``own``, ``p_before``,
     ``p_request``, ``p_leaf``, ``p_task_start``, ``p_np_count``, ``p_np_charge``,
-    ``p_gpu_need``, ``masks`` (each distinct mask once, in order of first use), ``t_req``,
-    ``t_qvec`` (its ``columns``), ``t_mask``, ``t_nominated``, ``t_evicted_from``,
-    ``t_vacated_at``, ``t_pipelined_back``, ``t_held_at``, ``t_also``, and the
-    participants' indices in ``parts`` in that order.  The
-    reference of ``kai._fast.layout.lay_out``, which gives
-    identical arrays.
+    ``p_gpu_need``, ``t_req``, ``t_qvec`` (its ``columns``), ``t_mask``, ``t_nominated``,
+    ``t_evicted_from``, ``t_vacated_at``, ``t_pipelined_back``, ``t_held_at``,
+    ``t_also``, and the participants' indices in ``parts`` in that order.  The
+    reference of ``kai._fast.layout.lay_out``, which gives identical arrays.
     """
     n = len(parts)
     order = sorted((part.leaf, part.key, i - n, i) for i, part in enumerate(parts))
@@ -1174,16 +1202,9 @@ def lay_out(
     before, leaf, np_count, np_charge, gpu_need = [], [], [], [], []
     request: list[np.ndarray] = []
     task_start = [0]
-    rows: list[np.ndarray] = []
-    t_mask: list[int] = []
-    t_nominated: list[int] = []
-    t_evicted: list[int] = []
-    t_vacated: list[int] = []
-    t_piped: list[bool] = []
-    t_held: list[int] = []
-    t_also: list[int] = []
-    slots: dict[int, int] = {}
-    stacked: list[np.ndarray] = []
+    blocks = [np.zeros((0, n_resources), dtype=np.float64)]
+    ints = [np.zeros((POD_INTS, 0), dtype=np.int64)]
+    piped = [np.zeros(0, dtype=np.bool_)]
     for m, (q, _key, _seq, i) in enumerate(order):
         part = parts[i]
         if i == n - 1:
@@ -1195,22 +1216,13 @@ def lay_out(
         np_count.append(part.np_count)
         np_charge.append(part.np_charge)
         gpu_need.append(part.gpu_need)
-        for mask in part.masks:
-            slot = slots.get(id(mask))
-            if slot is None:
-                slot = slots[id(mask)] = len(stacked)
-                stacked.append(mask)
-            t_mask.append(slot)
-        t_nominated += part.nominated
-        t_evicted += part.evicted_from
-        t_vacated += part.vacated_at
-        t_piped += part.pipelined_back
-        t_held += part.held_at
-        t_also += part.also
-        rows += part.rows
-        task_start.append(len(rows))
+        blocks.append(part.block.reshape(-1, n_resources))
+        ints.append(part.ints)
+        piped.append(part.piped)
+        task_start.append(task_start[-1] + part.ints.shape[1])
     own_start = np.cumsum(counts, dtype=np.int64)
-    t_req = np.array(rows, dtype=np.float64).reshape(len(rows), n_resources)
+    t_req = np.concatenate(blocks)
+    per_pod = np.concatenate(ints, axis=1)
     return (
         preemptor_at,
         own_start,
@@ -1222,16 +1234,15 @@ def lay_out(
         np.array(np_count, dtype=np.int64),
         np.array(np_charge, dtype=np.bool_),
         np.array(gpu_need, dtype=np.float64),
-        np.array(stacked, dtype=np.bool_),
         t_req,
         np.ascontiguousarray(t_req[:, list(columns)]),
-        np.array(t_mask, dtype=np.int64),
-        np.array(t_nominated, dtype=np.int64),
-        np.array(t_evicted, dtype=np.int64),
-        np.array(t_vacated, dtype=np.int64),
-        np.array(t_piped, dtype=np.bool_),
-        np.array(t_held, dtype=np.int64),
-        np.array(t_also, dtype=np.int64),
+        per_pod[_MASK].copy(),
+        per_pod[_NOMINATED].copy(),
+        per_pod[_EVICTED_FROM].copy(),
+        per_pod[_VACATED_AT].copy(),
+        np.concatenate(piped),
+        per_pod[_HELD_AT].copy(),
+        per_pod[_ALSO].copy(),
         [i for _q, _key, _seq, i in order],
     )
 
