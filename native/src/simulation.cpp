@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <limits>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -112,8 +113,13 @@ class Replacer {
   std::vector<i64> within_nodes_;  // the nodes the simulation may place on, ascending
   i64 remaining_ = 0;
   std::vector<bool> popped_;  // [M]: the participants popped so far
-  double most_ = 0.0;         // most_free(), while most_known_
-  bool most_known_ = false;
+  // most_free(): the most room, while most_known_; once the node with the most has lost
+  // some after a scan, how many nodes within have each room instead, moved with every
+  // row change, so that filling the node with the most needs no scan of the others.
+  double most_ = 0.0;
+  bool most_known_ = false, scanned_ = false;
+  std::map<double, i64> rooms_;
+  bool rooms_made_ = false;
   i64 replaced_ = 0;          // the victims placed again
 
   // Statement.evict of each victim, in order: its request releasing on its node, and its
@@ -262,17 +268,24 @@ class Replacer {
   }
 
   // simulate._GpuRoom.most: the most idle + releasing GPUs of a node it may use.  Asked
-  // at every participant's turn, it is kept as the rows change (rows()) and read again
-  // from every node only when the node that had the most loses some.
+  // at every participant's turn, it is kept as the rows change (rows(): see most_).
   double most_free() {
+    if (rooms_made_) {
+      return rooms_.empty() ? -std::numeric_limits<double>::infinity() : rooms_.rbegin()->first;
+    }
     if (!most_known_) {
+      if (scanned_) {  // scanned before: count the nodes per room from now on
+        for (const i64 n : within_nodes_) rooms_[gpu_free(n)] += 1;
+        rooms_made_ = true;
+        return most_free();
+      }
       double most = -std::numeric_limits<double>::infinity();
       for (const i64 n : within_nodes_) {
         const double free = gpu_free(n);
         if (free > most) most = free;
       }
       most_ = most;
-      most_known_ = true;
+      most_known_ = scanned_ = true;
     }
     return most_;
   }
@@ -281,12 +294,19 @@ class Replacer {
 
   // Node n's GPU room went from ``before`` to its value now.
   void room_changed(i64 n, double before) {
-    if (!most_known_ || !s_.within[n]) return;
+    if (!s_.within[n]) return;
     const double now = gpu_free(n);
-    if (now > most_) {
-      most_ = now;
-    } else if (before == most_ && now < most_) {
-      most_known_ = false;  // it may have been the only one with the most
+    if (rooms_made_) {
+      if (now == before) return;
+      const auto it = rooms_.find(before);
+      if (--it->second == 0) rooms_.erase(it);
+      rooms_[now] += 1;
+    } else if (most_known_) {
+      if (now > most_) {
+        most_ = now;
+      } else if (before == most_ && now < most_) {
+        most_known_ = false;  // it may have been the only one with the most
+      }
     }
   }
 
