@@ -791,11 +791,9 @@ def _apply(ssn: Session, plan: _Plan, out: dict[str, Any]) -> None:
     nodes.version += 1 + len(pl_task)
     ssn._fits_idle_cache = None
     plan.proportion.kernel_charged(plan.queues, out["q_alloc"], out["q_alloc_np"])
-    versions = ssn.queue_versions
     for name, count in zip(plan.queues, out["q_events"].tolist()):
         if count:
-            versions[name] += count
-            ssn.queue_epoch += 1
+            ssn.count_queue_events(name, count)
 
 
 def _apply_devices(

@@ -834,6 +834,12 @@ class Session:
             versions[name] += 1
         self.queue_epoch += 1
 
+    def count_queue_events(self, name: str, count: int) -> None:
+        """Bump queue ``name``'s version by ``count`` events counted elsewhere (the
+        compiled allocate loop counts them per queue, ancestors included)."""
+        self.queue_versions[name] += count
+        self.queue_epoch += 1
+
     def _versioned_queues(self, task: Task) -> Iterator[str]:
         """``task``'s queue and its ancestors: the queues whose versions its events bump."""
         job = task.job

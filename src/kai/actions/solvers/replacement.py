@@ -1273,17 +1273,16 @@ def _evicted(victims: list[Task], nodes: NodeTable) -> Iterator[dict[Task, _Vaca
         for task in victims:
             if task.status is TaskStatus.BINDING:
                 vacated[task] = _Vacated(task.node)
-                task.status = TaskStatus.PENDING
-                task.node = -1
             elif task.status is TaskStatus.PIPELINED and not task.pod.node_name:
                 older = nodes.vacated.get(task, ())
                 also = older[0].node if len(older) == 1 else (-1 if not older else -2)
                 vacated[task] = _Vacated(task.node, True, nodes.held.get(task, -1), also)
-                task.status = TaskStatus.PENDING
-                task.node = -1
             else:
                 task.status = TaskStatus.RELEASING
                 task.virtually_evicted = True
+                continue
+            task.status = TaskStatus.PENDING  # placed in the session: back to pending
+            task.node = -1
         yield vacated
     finally:
         for task, status, node, virtual in before:
