@@ -114,12 +114,12 @@ class Replacer {
   i64 remaining_ = 0;
   std::vector<bool> popped_;  // [M]: the participants popped so far
   // most_free(): the most room, while most_known_; once the node with the most has lost
-  // some after a scan, how many nodes within have each room instead, moved with every
-  // row change, so that filling the node with the most needs no scan of the others.
+  // some after a scan, how many nodes within have each room instead (rooms_, empty until
+  // then: a node within changed, so there is one), moved with every row change, so that
+  // filling the node with the most needs no scan of the others.
   double most_ = 0.0;
   bool most_known_ = false, scanned_ = false;
   std::map<double, i64> rooms_;
-  bool rooms_made_ = false;
   i64 replaced_ = 0;          // the victims placed again
 
   // Statement.evict of each victim, in order: its request releasing on its node, and its
@@ -270,14 +270,11 @@ class Replacer {
   // simulate._GpuRoom.most: the most idle + releasing GPUs of a node it may use.  Asked
   // at every participant's turn, it is kept as the rows change (rows(): see most_).
   double most_free() {
-    if (rooms_made_) {
-      return rooms_.empty() ? -std::numeric_limits<double>::infinity() : rooms_.rbegin()->first;
-    }
+    if (!rooms_.empty()) return rooms_.rbegin()->first;
     if (!most_known_) {
       if (scanned_) {  // scanned before: count the nodes per room from now on
         for (const i64 n : within_nodes_) rooms_[gpu_free(n)] += 1;
-        rooms_made_ = true;
-        return most_free();
+        return rooms_.rbegin()->first;
       }
       double most = -std::numeric_limits<double>::infinity();
       for (const i64 n : within_nodes_) {
@@ -296,7 +293,7 @@ class Replacer {
   void room_changed(i64 n, double before) {
     if (!s_.within[n]) return;
     const double now = gpu_free(n);
-    if (rooms_made_) {
+    if (!rooms_.empty()) {
       if (now == before) return;
       const auto it = rooms_.find(before);
       if (--it->second == 0) rooms_.erase(it);
