@@ -91,3 +91,35 @@ def test_gang_preemptor_pipelined_whole() -> None:
     st = statuses(result)
     assert all(st[f"g-{i}"][0] == "Pipelined" for i in range(3))
     assert all(st[f"l{j}-{i}"][0] == "Releasing" for j in (1, 2) for i in range(2))
+
+
+def test_preempt_reads_only_leaves_holding_a_lower_priority_job(monkeypatch) -> None:
+    """A preemptor takes victims from its own leaf only, and only from jobs of lower
+    priority: a leaf whose jobs all have the preemptor's priority (or more) is never
+    keyed or read, and the leaf holding a lower-priority job still yields it."""
+    from kai.actions.solvers.victims import VictimPool
+
+    read: list[str] = []
+    original = VictimPool.leaf
+
+    def counted(self, name):
+        if name not in self.leaves:
+            read.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(VictimPool, "leaf", counted)
+    snap = build(
+        {"n0": 2, "n1": 2},
+        [queue("same", 1), queue("mixed", 1)],
+        [
+            J("s1", "same", [T("Running", "n0")], priority=50),
+            J("s2", "same", [T("Running", "n0")], priority=60),
+            J("s-pending", "same", [T()], priority=50),
+            J("m-low", "mixed", [T("Running", "n1")], priority=20),
+            J("m-mid", "mixed", [T("Running", "n1")], priority=50),
+            J("m-high", "mixed", [T()], priority=50),
+        ],
+    )
+    result = run(snap, ["preempt"])
+    assert decisions(result) == [("evict", "m-low-0", "n1"), ("pipeline", "m-high-0", "n1")]
+    assert read == ["mixed"]

@@ -680,3 +680,47 @@ def test_reclaim_validator_matrix_matches_chunk_loop(seed: int, monkeypatch) -> 
         assert got[0] == got[1]
         answers.add(got[0])
     assert answers == ({True} if seed % 2 else {True, False})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_victim_leaves_keyed_late_sort_as_keyed_at_once(seed: int) -> None:
+    """A victim pool keys a leaf when it is first read.  Read after commits changed its
+    jobs, a leaf holds the same entries, in the same order and with the same insertion
+    numbers, as in a pool that read every leaf at once and took the same updates."""
+    from kai.actions.solvers.victims import VictimPool
+    from kai.api.model import ACTIVE_ALLOCATED, TaskStatus
+    from kai.framework.session import tasks_to_allocate
+
+    rng = np.random.default_rng(seed)
+    ssn = _session(_mixed_snapshot(seed, rng))
+    at_once = VictimPool.for_session(ssn)
+    late = VictimPool.for_session(ssn)
+    assert at_once is not None and late is not None
+    names = late.leaf_names()
+    assert names == at_once.leaf_names() and names
+    for name in names:
+        at_once.leaf(name)
+    changed = 0
+    for _ in range(3):
+        stmt = ssn.statement()
+        touched = []
+        running = [t for t in ssn.state.tasks if t.status in ACTIVE_ALLOCATED]
+        for i in rng.choice(len(running), size=min(3, len(running)), replace=False):
+            stmt.evict(running[int(i)], "test")
+            touched.append(running[int(i)].job)
+        for job in ssn.jobs.values():
+            pending = [t for t in tasks_to_allocate(ssn, job) if t.status is TaskStatus.PENDING]
+            if pending and not job.tasks[0].requests_gpu:
+                stmt.allocate(pending[0], int(rng.integers(len(ssn.nodes))))
+                touched.append(job)
+                break
+        stmt.commit()
+        changed += len(touched)
+        for pool in (at_once, late):
+            pool.update(touched)
+        assert len(late) == len(at_once)
+    assert changed
+    for name in late.leaf_names():
+        assert late.leaf(name) == at_once.leaf(name)
+        assert late.lowest_priority(name) == min(e[2].priority for e in at_once.leaf(name))
+    assert late.leaf_names() == at_once.leaf_names()

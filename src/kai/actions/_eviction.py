@@ -79,7 +79,7 @@ def run_eviction_action(
     refuse: Callable[[Job], str | None] | None = None,
     precheck: Callable[[Job], bool] | None = None,
     candidates: Callable[[Job], list[Job]] | None = None,
-    accept_leaf: Callable[[Job, str], bool] | None = None,
+    accept_leaf: Callable[[Job, str, VictimPool], bool] | None = None,
     signatures_per_queue: bool = True,
 ) -> None:
     """Pop pending jobs in queue order and search victims for each (see kai.actions.solvers).
@@ -89,8 +89,8 @@ def run_eviction_action(
     first search and kept for the whole action (and the next one, while no pod has
     changed since: :func:`_kept_pool`), unless ``candidates`` gives the list itself
     or some job-order function has no sort key (then the list is built per job).
-    ``accept_leaf(preemptor, queue)``, if given, is False only for leaf queues none of
-    whose jobs ``accept`` takes.
+    ``accept_leaf(preemptor, queue, pool)``, if given, is False only for leaf queues
+    none of whose jobs ``accept`` takes (``pool`` tells what the leaf holds).
 
     ``refuse(job)``, if given, is asked first: a job it gives a reason for (recorded as
     the job's fit error) is not tried and does not count as failed.  ``precheck(job)``,
@@ -127,9 +127,10 @@ def run_eviction_action(
         if not pool_made:
             pool, pool_made = _kept_pool(ssn, VICTIM_POOL_KEY, VictimPool), True
         if pool is not None:
-            return pool.candidates(
+            kept = pool
+            return kept.candidates(
                 lambda job: job is not preemptor and accept(preemptor, job),
-                None if accept_leaf is None else partial(accept_leaf, preemptor),
+                None if accept_leaf is None else lambda queue: accept_leaf(preemptor, queue, kept),
             )
         return [
             job

@@ -12,6 +12,7 @@ from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
 from kai.actions.solvers.scenario import Scenario
 from kai.actions.solvers.simulate import PodStatusValidator, Validator
+from kai.actions.solvers.victims import VictimPool
 from kai.api.model import Job, Task
 from kai.framework.session import Session, tasks_to_allocate
 
@@ -32,6 +33,13 @@ def preempt(ssn: Session) -> None:
             and ssn.preempt_victim_filter(preemptor, job)
         )
 
+    def accept_leaf(preemptor: Job, queue: str, pool: VictimPool) -> bool:
+        """Only the preemptor's own leaf, while it holds a job of lower priority."""
+        if queue != preemptor.queue:
+            return False
+        lowest = pool.lowest_priority(queue)
+        return lowest is not None and lowest < preemptor.priority
+
     def validator(preemptor: Job) -> Validator:
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
             jobs = list(dict.fromkeys(t.job for t in preempted))
@@ -47,7 +55,7 @@ def preempt(ssn: Session) -> None:
         preemptible_only=False,
         precheck=within_quota,  # a job over its quota has failed (for signatures)
         accept=accept,
-        accept_leaf=lambda preemptor, queue: queue == preemptor.queue,
+        accept_leaf=accept_leaf,
         validator=validator,
     )
 

@@ -47,7 +47,7 @@ def reclaim(ssn: Session) -> None:
         refuse=refuse,
         accept=accept,
         # Leaf queues whose every job the filters refuse (by queue) are left out whole.
-        accept_leaf=lambda reclaimer, queue: (
+        accept_leaf=lambda reclaimer, queue, pool: (
             queue != reclaimer.queue and not ssn.reclaim_victim_queue_refused(reclaimer, queue)
         ),
         validator=validator,

@@ -51,14 +51,72 @@ def potential_victim(ssn: Session, job: Job) -> bool:
 
 
 class VictimPool(LeafPool):
-    """Potential victims per leaf queue, ascending by order key (victim order = reversed)."""
+    """Potential victims per leaf queue, ascending by order key (victim order = reversed).
+
+    A leaf's jobs are keyed and sorted when it is first read (:meth:`leaf`): an action
+    may read few of them (preempt reads only its preemptors' own leaves, and only those
+    holding a job of lower priority: :meth:`lowest_priority`).  Keying a leaf later
+    gives the order keying it at once would: a job's key reads the job's own state,
+    which changes only when a statement commits, and the action updates those jobs.
+    """
 
     def __init__(self, ssn: Session, key: Callable[[Job], Any]) -> None:
+        # Not LeafPool's: the jobs are only grouped, with the insertion number each
+        # would have had (so that a leaf sorts as if keyed now).
+        self.ssn = ssn
+        self.key = key
+        self._seq = count()
+        self.leaves: dict[str, list[tuple[Any, int, Job]]] = {}  # the leaves read
+        self.entries: dict[Job, tuple[Any, int, Job]] = {}  # the jobs of those leaves
+        # Per leaf not read yet, its jobs and their insertion numbers.
+        self._unread: dict[str, dict[Job, int]] = {}
+        # Every leaf ever holding a job, in the order it first did (read or not).
+        self._names: dict[str, None] = {}
+        self._lowest: dict[str, int] = {}  # per leaf, its lowest job priority
         self._stale: list[Iterable[Job]] = []  # jobs to re-key before the next read
-        super().__init__(ssn, key, ssn.jobs.values())
+        for job in ssn.jobs.values():
+            if self.member(job):
+                self._join_unread(job.queue or "", job)
 
     def member(self, job: Job) -> bool:
         return potential_victim(self.ssn, job)
+
+    def _join_unread(self, leaf: str, job: Job) -> None:
+        unread = self._unread.get(leaf)
+        if unread is None:
+            unread = self._unread[leaf] = {}
+            self._names[leaf] = None
+        unread[job] = next(self._seq)
+
+    def leaf(self, name: str) -> list[tuple[Any, int, Job]]:
+        """The sorted entries of leaf ``name`` (keyed on its first read)."""
+        entries = self.leaves.get(name)
+        if entries is None:
+            key, known = self.key, self.entries
+            entries = []
+            for job, seq in self._unread.pop(name, {}).items():
+                entry = known[job] = (key(job), seq, job)
+                entries.append(entry)
+            entries.sort()
+            self.leaves[name] = entries
+            self._names[name] = None
+        return entries
+
+    def leaf_names(self) -> list[str]:
+        """The leaves holding a job, in the order they first did."""
+        leaves, unread = self.leaves, self._unread
+        return [name for name in self._names if leaves.get(name) or unread.get(name)]
+
+    def lowest_priority(self, name: str) -> int | None:
+        """The lowest priority of leaf ``name``'s jobs; None when it has none."""
+        if name in self._lowest:
+            return self._lowest[name]
+        entries = self.leaves.get(name)
+        jobs = [entry[2] for entry in entries] if entries is not None else self._unread.get(name)
+        lowest = min((job.priority for job in jobs), default=None) if jobs else None
+        if lowest is not None:
+            self._lowest[name] = lowest
+        return lowest
 
     def update(self, jobs: Iterable[Job]) -> None:
         """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool.
@@ -74,16 +132,24 @@ class VictimPool(LeafPool):
             return
         stale = dict.fromkeys(job for jobs in self._stale for job in jobs)
         self._stale = []
+        self._lowest.clear()
         gone: dict[str, list[tuple[Any, int, Job]]] = {}
         new: dict[str, list[tuple[Any, int, Job]]] = {}
         for job in stale:
             leaf = job.queue or ""
+            unread = self._unread.get(leaf)
+            if unread is not None:  # a leaf not read yet: its jobs wait unkeyed
+                unread.pop(job, None)
+                if self.member(job):
+                    unread[job] = next(self._seq)
+                continue
             old = self.entries.pop(job, None)
             if old is not None:
                 gone.setdefault(leaf, []).append(old)
             if self.member(job):
                 new.setdefault(leaf, []).append(self._enter(job))
         for leaf in gone.keys() | new.keys():
+            self._names[leaf] = None
             entries = self.leaves.setdefault(leaf, [])
             removed, added = gone.get(leaf, []), new.get(leaf, [])
             if len(removed) + len(added) <= _FEW_CHANGES:
@@ -108,7 +174,7 @@ class VictimPool(LeafPool):
 
     def __len__(self) -> int:
         self._refresh()
-        return len(self.entries)
+        return len(self.entries) + sum(len(jobs) for jobs in self._unread.values())
 
 
 #: Pool changes of one leaf applied one by one (more: the leaf is rebuilt).
@@ -140,11 +206,7 @@ class VictimCandidates:
         # Per leaf (by its entries' list), where its accepted jobs are (see _Accepted).
         self.accepted: dict[int, _Accepted] = {}
         # Leaf queues that may hold accepted jobs (``leaf_ok`` False: accept rejects all).
-        self.leaves = [
-            name
-            for name, entries in pool.leaves.items()
-            if entries and (leaf_ok is None or leaf_ok(name))
-        ]
+        self.leaves = [name for name in pool.leaf_names() if leaf_ok is None or leaf_ok(name)]
 
     def accepted_in(self, entries: list[tuple[Any, int, Job]]) -> _Accepted:
         """Where the accepted jobs of the leaf with ``entries`` are, as read so far."""
@@ -161,7 +223,7 @@ class VictimCandidates:
 
     def __iter__(self):
         for name in self.leaves:
-            for _, _, job in reversed(self.pool.leaves[name]):
+            for _, _, job in reversed(self.pool.leaf(name)):
                 if self.accepts(job):
                     yield job
 
@@ -396,7 +458,7 @@ class PoolVictimQueue(JobQueue):
         self._pushed_seq = count(-1, -1)  # pushed views rank below base jobs on equal keys
         self.leaves: dict[str, _Leaf] = {}
         for leaf in cands.leaves:
-            self.leaves[leaf] = _Leaf(cands.pool.leaves[leaf], cands)
+            self.leaves[leaf] = _Leaf(cands.pool.leaf(leaf), cands)
             self._link(leaf)
 
     def push(self, job: Job) -> None:
