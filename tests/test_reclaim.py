@@ -264,3 +264,37 @@ def test_victim_queues_refused_whole_decide_as_asking_about_each_job(monkeypatch
     assert any(refused) and not all(refused), refused.count(True)
     monkeypatch.setattr(Session, "reclaim_victim_queue_refused", lambda *args: False)
     assert sessions() == by_queue
+
+
+def test_reclaim_fairness_answers_kept_in_a_search_equal_fresh_ones(monkeypatch) -> None:
+    """Proportion's reclaim validator keeps its answers for one job's search (the queues
+    frozen at its start) by the reclaimer's request and the victims left evicted; every
+    kept answer equals one computed afresh, and kept answers do get used."""
+    from kai.bench_clusters import kai_reclaim_many_single_gpu, random_cluster
+    from kai.plugins.reclaim_rules import ReclaimRules
+    from tests._kai_cluster import NOW
+
+    calls = {"asked": 0, "computed": 0}
+    computed = ReclaimRules._reclaimable
+
+    def counted(self, *args):
+        calls["computed"] += 1
+        return computed(self, *args)
+
+    monkeypatch.setattr(ReclaimRules, "_reclaimable", counted)
+    kept = ReclaimRules.reclaimable
+
+    def checked(self, pending, victim_jobs, victim_tasks):
+        calls["asked"] += 1
+        answer = kept(self, pending, victim_jobs, victim_tasks)
+        shares = self._shares()
+        if pending.queue in shares:
+            fresh = computed(self, shares, pending, self.request(pending), list(victim_tasks))
+            assert answer == fresh
+        return answer
+
+    monkeypatch.setattr(ReclaimRules, "reclaimable", checked)
+    clusters = [kai_reclaim_many_single_gpu(40), *(random_cluster(s, nodes=10) for s in range(8))]
+    for builder in clusters:
+        kai.run_session(kai.Snapshot(builder.objects()), actions=["reclaim"], now=NOW)
+    assert calls["asked"] > calls["computed"] > 0

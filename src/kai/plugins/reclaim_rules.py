@@ -94,6 +94,8 @@ class ReclaimRules:
         self._request_memo: tuple[Job, tuple[int, int], np.ndarray] | None = None
         self._leveled: dict[tuple[str, str], tuple[str | None, str | None]] = {}
         self._victim_memo: dict[tuple[Job, str, str], tuple[tuple[int, ...], bool]] = {}
+        # reclaimable's answers in the current search (see :meth:`reclaimable`).
+        self._answers: dict[tuple[Job, tuple[Task, ...], bytes], bool] = {}
 
     # ----------------------------------------------------------------- helpers
     def _shares(self) -> dict[str, QueueShare]:
@@ -134,6 +136,7 @@ class ReclaimRules:
     # ------------------------------------------------------- extension points
     def on_job_solution_start(self) -> None:
         self.frozen = {name: share.clone() for name, share in self.plugin.shares.items()}
+        self._answers = {}
 
     def can_reclaim(self, job: Job) -> bool:
         share = self.plugin.shares.get(job.queue or "")
@@ -212,10 +215,33 @@ class ReclaimRules:
         return out
 
     def reclaimable(self, pending: Job, victim_jobs: list[Job], victim_tasks: list[Task]) -> bool:
+        """Whether reclaiming ``victim_tasks`` for ``pending`` keeps the queues fair.
+
+        In a search (the queues frozen at its start) the answer reads nothing else but
+        the reclaimer's request and what the victims charge their queues: it is kept by
+        those, since many simulations of a search leave the same victims evicted.
+        """
         shares = self._shares()
         if pending.queue not in shares:
             return False
         request = self.request(pending)
+        if self.frozen is None:
+            return self._reclaimable(shares, pending, request, victim_tasks)
+        key = (pending, tuple(victim_tasks), request.tobytes())
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = self._reclaimable(shares, pending, request, victim_tasks)
+        return answer
+
+    def _reclaimable(
+        self,
+        shares: dict[str, QueueShare],
+        pending: Job,
+        request: np.ndarray,
+        victim_tasks: list[Task],
+    ) -> bool:
+        own = pending.queue
+        assert own is not None  # a queue of ``shares`` (reclaimable checked)
         by_job: dict[Job, list[Task]] = defaultdict(list)
         for task in victim_tasks:
             by_job[task.job].append(task)
@@ -229,7 +255,7 @@ class ReclaimRules:
         remaining: dict[str, np.ndarray] = {}
         involved: dict[str, set[int]] = {}
         for vq in sorted(by_queue):
-            lr, lv = self.leveled(shares, pending.queue, vq)
+            lr, lv = self.leveled(shares, own, vq)
             if lr is None or lv is None:
                 continue
             chunks = by_queue[vq].chunks()
@@ -272,7 +298,7 @@ class ReclaimRules:
                 else:
                     row[...] = np.subtract.accumulate(np.vstack([row, chunks]), axis=0)[-1]
         requested = _involved([request])
-        for name in reversed(self.path(shares, pending.queue)):
+        for name in reversed(self.path(shares, own)):
             share = shares[name]
             mine = remaining.get(name, share.allocated) + request
             for sib_name, sib_remaining in remaining.items():
