@@ -724,3 +724,40 @@ def test_victim_leaves_keyed_late_sort_as_keyed_at_once(seed: int) -> None:
         assert late.leaf(name) == at_once.leaf(name)
         assert late.lowest_priority(name) == min(e[2].priority for e in at_once.leaf(name))
     assert late.leaf_names() == at_once.leaf_names()
+
+
+def test_every_victim_bound_refuses_only_failing_simulations() -> None:
+    """Where every victim must be placed again (consolidation), the placement pre-check
+    counts the victims' whole-GPU pods beside the pending ones: each scenario it refuses
+    fails its simulation, and each simulation that succeeds passed it."""
+    from kai.actions.solvers import generators
+    from kai.actions.solvers.job_solver import _PlacementBound, feasible_nodes
+    from kai.actions.solvers.simulate import every_victim_placed, simulate
+    from kai.framework.session import tasks_to_allocate
+
+    refused = placed = 0
+    for seed in range(9):
+        rng = np.random.default_rng(seed)
+        ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
+        for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
+            tasks = tasks_to_allocate(ssn, preemptor)
+            for k in sorted({1, len(tasks)}):
+                within = feasible_nodes(ssn, tasks)
+                bound = _PlacementBound(ssn, tasks[:k], within, [], every_victim=True)
+                for name in ("NodeLocalGreedy", "MultiNodeGang"):
+                    cands = pool.candidates(lambda job, p=preemptor: job is not p)
+                    scenarios = generators.GENERATORS[name](
+                        ssn, preemptor, tasks[:k], [], cands, within
+                    )
+                    for _, scenario in zip(range(60), scenarios):
+                        if not bound.may_fit(scenario):
+                            continue
+                        fits = bound.victims_may_fit(scenario)
+                        sim = simulate(ssn, scenario, within, every_victim_placed, "consolidation")
+                        if sim.solved:
+                            assert fits, scenario
+                            assert sim.statement is not None
+                            sim.statement.discard()
+                            placed += 1
+                        refused += not fits
+    assert refused > 0 and placed > 0

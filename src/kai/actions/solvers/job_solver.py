@@ -29,6 +29,7 @@ import numpy as np
 from kai import _fast
 from kai.actions.solvers.budget import ActionBudget, JobBudget
 from kai.actions.solvers.generators import GENERATORS, Generator
+from kai.actions.solvers.replacement import ReplacementCheck
 from kai.actions.solvers.scenario import (
     COUNT_SLACK,
     Fingerprint,
@@ -40,7 +41,7 @@ from kai.actions.solvers.scenario import (
     node_gpu_capacity,
     pending_key,
 )
-from kai.actions.solvers.simulate import Simulation, Validator, simulate
+from kai.actions.solvers.simulate import Simulation, Validator, every_victim_placed, simulate
 from kai.api.model import ACTIVE_USED, Job, Task
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
@@ -290,8 +291,11 @@ class JobSolver:
                 within[task.node] = True
         deadline = job_budget.generator_deadline(name)
         clock = self.budget.clock
-        bound = _PlacementBound(ssn, pending, within, recorded)
+        bound = _PlacementBound(
+            ssn, pending, within, recorded, every_victim=self.validator is every_victim_placed
+        )
         pending_ids = pending_key(pending)
+        check = ReplacementCheck.for_session(ssn) if bound.every_victim else None
         for scenario in gen(ssn, job, pending, recorded, victims, within):
             if job_budget.exhausted():
                 return _Probe(None, DEADLINE_EXHAUSTED)
@@ -303,6 +307,13 @@ class JobSolver:
             job_budget.scenarios += 1
             if not bound.may_fit(scenario):
                 failed.add(key)  # the simulation could not place the pending tasks
+                continue
+            if not bound.victims_may_fit(scenario):
+                # Nor every victim again: the simulation would fail, and is told to the
+                # compiled re-placement's credit as a failure (see CREDIT_START).
+                failed.add(key)
+                if check is not None:
+                    check.account(False)
                 continue
             sim = simulate(ssn, scenario, within, self.validator, self.action)
             if not sim.solved:
@@ -325,15 +336,25 @@ class _PlacementBound:
 
     The probe's scenarios share its recorded victims: their part (capacities, nodes and
     slots) is computed once, and each scenario only adds its batches' nodes.
+
+    With ``every_victim`` (a simulation that must place every victim again, as
+    consolidation's) the victims' whole-GPU pods must fit those slots too, beside the
+    pending tasks: a simulation only ever places pods on what its evictions and the
+    nodes' idle and releasing GPUs leave.
     """
 
     def __init__(
-        self, ssn: Session, pending: list[Task], within: np.ndarray, recorded: list[Task]
+        self,
+        ssn: Session,
+        pending: list[Task],
+        within: np.ndarray,
+        recorded: list[Task],
+        *,
+        every_victim: bool = False,
     ) -> None:
-        self.requests = [
-            float(t.request[GPU]) for t in pending if not t.is_shared_gpu and t.request[GPU] > 0
-        ]
-        if self.requests:
+        self.requests = _whole_gpu_requests(pending)
+        self.every_victim = every_victim
+        if self.requests or every_victim:
             self.needs = gpu_slot_needs(self.requests)
             self.ssn = ssn
             # Shared devices counted by their free portion: evicting (or moving) every
@@ -361,6 +382,7 @@ class _PlacementBound:
         return capacity, mask
 
     def may_fit(self, scenario: Scenario) -> bool:
+        """Whether the pending tasks may fit."""
         if not self.requests:
             return True
         if scenario.recorded is not self.recorded:
@@ -377,6 +399,23 @@ class _PlacementBound:
         # (an accumulation never takes a pod twice and leaves the recorded ones out), so
         # each batch's own sums are what it adds.
         return shared.fits(scenario.batches, self.ssn)
+
+    def victims_may_fit(self, scenario: Scenario) -> bool:
+        """With ``every_victim``: whether the victims may fit again beside the pending
+        tasks (:meth:`may_fit` said those may)."""
+        if not self.every_victim:
+            return True
+        victims = scenario.victim_tasks()
+        moved = _whole_gpu_requests(victims)
+        if not moved:
+            return True
+        capacity, mask = self._capacity(victims)
+        return gpu_slots_suffice(capacity[mask], self.requests + moved)
+
+
+def _whole_gpu_requests(tasks: list[Task]) -> list[float]:
+    """The GPUs of ``tasks`` that ask for whole GPUs (not a shared device)."""
+    return [float(t.request[GPU]) for t in tasks if not t.is_shared_gpu and t.request[GPU] > 0]
 
 
 @dataclass(slots=True)
