@@ -761,3 +761,47 @@ def test_every_victim_bound_refuses_only_failing_simulations() -> None:
                             placed += 1
                         refused += not fits
     assert refused > 0 and placed > 0
+
+
+def test_accumulations_read_through_the_pop_log_match_popping_the_queue(monkeypatch) -> None:
+    """Accumulations of one candidate list on one session state read the victim queue's
+    pops from a shared log, and an accumulation that meets a recorded victim goes on
+    from a queue that made the same pops: the states are those of popping a queue of
+    its own, for lists shared by several preemptors and for pool candidates alike."""
+    from kai.actions.solvers import scenario
+    from kai.actions.solvers.victims import potential_victim
+    from kai.framework.session import tasks_to_allocate
+
+    compared = queues_after = 0
+    original = scenario._PopLog.queue_after
+
+    def counted(self, count):
+        nonlocal queues_after
+        queues_after += 1
+        return original(self, count)
+
+    monkeypatch.setattr(scenario._PopLog, "queue_after", counted)
+    for seed in range(9):
+        rng = np.random.default_rng(seed)
+        ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
+        preemptors = [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:4]
+        shared = [job for job in ssn.jobs.values() if potential_victim(ssn, job)][:17]
+        logs_before = len([k for k in ssn.cache if k[0] == "solver.pop_log"])
+        for preemptor in preemptors:
+            tasks = tasks_to_allocate(ssn, preemptor)
+            lists = [shared, pool.candidates(lambda job, p=preemptor: job is not p)]
+            for cands in lists:
+                for _ in range(3):
+                    k = int(rng.integers(1, len(tasks) + 1))
+                    size = int(rng.integers(0, min(len(running), 6) + 1))
+                    picked = rng.choice(len(running), size=size, replace=False)
+                    recorded = [running[i] for i in sorted(picked)]
+                    logged = _accumulated_states(ssn, cands, tasks[:k], recorded, limit=None)
+                    with monkeypatch.context() as m:
+                        m.setattr(scenario, "_pop_log", lambda ssn, candidates: None)
+                        m.setattr(scenario, "_kept_accumulations", lambda ssn, c: {})
+                        popped = _accumulated_states(ssn, cands, tasks[:k], recorded, limit=None)
+                    assert logged == popped
+                    compared += len(popped)
+        assert len([k for k in ssn.cache if k[0] == "solver.pop_log"]) > logs_before
+    assert compared > 0 and queues_after > 0

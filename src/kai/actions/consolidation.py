@@ -36,13 +36,21 @@ def consolidation(ssn: Session) -> None:
     def accept(preemptor: Job, job: Job) -> bool:
         return True  # any potential victim (valid, preemptible, running, known queue)
 
+    # The last list made: the next preemptor most often gets the same victims, and the
+    # search keeps what it derives from them (the victim queue's order, its pops) by the
+    # list, while no pod changes status.
+    last: list[list[Job]] = [[]]
+
     def candidates(preemptor: Job) -> list[Job]:
         found = (
             job
             for job in ssn.jobs.values()
             if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
         )
-        return list(islice(found, limit + 1))
+        jobs = list(islice(found, limit + 1))
+        if jobs != last[0]:
+            last[0] = jobs
+        return last[0]
 
     run_eviction_action(
         ssn,

@@ -793,12 +793,30 @@ def _accumulate(
     pending: list[Task],
     recorded: list[Task],
 ) -> Iterator[AccumulatedState]:
-    """:func:`accumulate`, from the victim queue."""
+    """:func:`accumulate`, from the victim queue (read through its :class:`_PopLog`
+    while it has one and no recorded victim is met)."""
     state = AccumulatedState(ssn, pending, recorded)
     if recorded and state.passes_filters():
         yield state
     recorded_set = set(recorded)
-    queue = _victim_queue(ssn, candidates)
+    log = _pop_log(ssn, candidates)
+    queue = None
+    if log is None:
+        queue = _victim_queue(ssn, candidates)
+    else:
+        read = 0
+        while (event := log.event(read)) is not None:
+            _, tasks, _ = event
+            if tasks and not recorded_set.isdisjoint(tasks):
+                queue = log.queue_after(read)  # this accumulation goes its own way
+                break
+            read += 1
+            if tasks:
+                state.add(VictimBatch(tasks[0].job, tasks, _nodes_of(tasks)))
+                if state.passes_filters():
+                    yield state
+        if queue is None:
+            return
     fast = getattr(queue, "fast_forward", None)
     while True:
         # Whole-job batches are added without the queue machinery (same jobs, same
@@ -822,10 +840,79 @@ def _accumulate(
         if more:
             taken = set(tasks)
             queue.push(job_view(view, [t for t in view.tasks if t not in taken]))
-        nodes = frozenset(t.node for t in tasks if t.node >= 0)
-        state.add(VictimBatch(tasks[0].job, tasks, nodes))
+        state.add(VictimBatch(tasks[0].job, tasks, _nodes_of(tasks)))
         if state.passes_filters():
             yield state
+
+
+def _nodes_of(tasks: list[Task]) -> frozenset[int]:
+    return frozenset(t.node for t in tasks if t.node >= 0)
+
+
+class _PopLog:
+    """What a victim queue pops on one session state, read by every accumulation of
+    its candidates until it meets a recorded victim.
+
+    The pops do not depend on the probe: its pending tasks decide only which states are
+    yielded, and its recorded victims change the queue only where a popped job holds one
+    (the rest of the job goes back instead of its next chunk).  So the queue is popped
+    once, the rest of a job evicted in chunks pushed back as an accumulation would push
+    it, and each pop kept (the job, its tasks to evict, the rest pushed back); an
+    accumulation that meets a recorded victim goes on from a queue that made the same
+    pops before it (:meth:`queue_after`).  Not for a queue with a fast path
+    (``fast_forward``), whose steps depend on the probe.
+    """
+
+    __slots__ = ("ssn", "candidates", "stamp", "queue", "events", "ended")
+
+    def __init__(self, ssn: Session, candidates: list[Job], stamp: StateStamp) -> None:
+        self.ssn = ssn
+        self.candidates = candidates
+        self.stamp = stamp
+        self.queue = _victim_queue(ssn, candidates)
+        self.events: list[tuple[Job, list[Task], Job | None]] = []
+        self.ended = False
+
+    def event(self, i: int) -> tuple[Job, list[Task], Job | None] | None:
+        """The ``i``-th pop (None past the last)."""
+        events = self.events
+        while len(events) <= i and not self.ended:
+            view = self.queue.pop()
+            if view is None:
+                self.ended = True
+                break
+            tasks, more = tasks_to_evict(self.ssn, view)
+            rest = None
+            if tasks and more:
+                taken = set(tasks)
+                rest = job_view(view, [t for t in view.tasks if t not in taken])
+                self.queue.push(rest)
+            events.append((view, tasks, rest))
+        return events[i] if i < len(events) else None
+
+    def queue_after(self, count: int) -> JobQueue:
+        """A victim queue that made the first ``count`` pops (and pushed their rests
+        back), as the logged one had then."""
+        queue = _victim_queue(self.ssn, self.candidates)
+        for view, _, rest in self.events[:count]:
+            popped = queue.pop()
+            assert popped is not None and popped.key == view.key
+            if rest is not None:
+                queue.push(rest)
+        return queue
+
+
+def _pop_log(ssn: Session, candidates: list[Job]) -> _PopLog | None:
+    """The pop log of ``candidates``' victim queue on the session's current state (made
+    anew after a change), or None when the queue has a fast path."""
+    if isinstance(candidates, VictimCandidates) and len(candidates.leaves) == 1:
+        return None  # a single leaf is read through PoolVictimQueue.fast_forward
+    key = ("solver.pop_log", id(candidates))
+    stamp = state_stamp(ssn)
+    log = ssn.cache.get(key)
+    if log is None or log.candidates is not candidates or not same_state(log.stamp, stamp):
+        log = ssn.cache[key] = _PopLog(ssn, candidates, stamp)
+    return log
 
 
 def _victim_queue(ssn: Session, candidates: list[Job]):
