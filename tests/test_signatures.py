@@ -292,3 +292,32 @@ def test_pod_signatures_are_kept_with_the_state_across_sessions(monkeypatch):
     state.pod_signatures.update({-i: (None, "") for i in range(1100)})
     FailedRepresentatives(SimpleNamespace(cache={}, state=state), per_queue=True)
     assert state.pod_signatures == {}
+
+
+def test_a_sessions_actions_share_what_they_learn_of_its_jobs(monkeypatch):
+    """The eviction actions of one session ask about the same pending jobs: a job's
+    signature is made once per state of its pods, whichever action asks (per queue or
+    not), and again once a pod changed status."""
+    import kai.actions.signatures as signatures
+
+    made: list[str] = []
+    original = signatures.job_signature
+
+    def counted(job, cache=None):
+        made.append(job.name)
+        return original(job, cache)
+
+    monkeypatch.setattr(signatures, "job_signature", counted)
+    jobs = [make_job(f"j{i}", [(1.0, 1.0, float(i + 1))] * 2) for i in range(3)]
+    state = SimpleNamespace(pod_signatures={}, tasks=[t for j in jobs for t in j.tasks])
+    ssn = SimpleNamespace(cache={}, state=state)
+    per_queue = FailedRepresentatives(ssn, per_queue=True)
+    per_queue.failed(jobs[0])
+    keys = [per_queue.key(j) for j in jobs]
+    whole = FailedRepresentatives(ssn, per_queue=False)
+    assert [whole.key(j) for j in jobs] == [key[1:] for key in keys]
+    assert whole.equivalent_failed(jobs[1]) is None  # no failure in this action yet
+    assert sorted(made) == ["j0", "j1", "j2"]
+    jobs[2].tasks[0].status = TaskStatus.RUNNING
+    assert whole.key(jobs[2]) != keys[2][1:]  # one pod left to place: another signature
+    assert sorted(made) == ["j0", "j1", "j2", "j2"]

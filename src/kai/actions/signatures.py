@@ -124,12 +124,17 @@ def no_larger_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
 
 @dataclass
 class _Known:
-    """A job's key and (once made) its pending footprint, while its pods' statuses are
-    ``statuses``."""
+    """A job's signature and (once made) its pending footprint, while its pods'
+    statuses are ``statuses``."""
 
     statuses: tuple[TaskStatus, ...]
-    key: tuple
+    signature: str
     footprint: np.ndarray | None = None
+
+
+#: Where a session keeps what :class:`FailedRepresentatives` learnt of its jobs: every
+#: eviction action asks about the same pending jobs, most of them unchanged.
+_KNOWN_KEY = "signatures.known"
 
 
 class FailedRepresentatives:
@@ -144,23 +149,23 @@ class FailedRepresentatives:
         self._reps: dict[tuple, Representative] = {}
         self._queues: set[str | None] = set()
         self._pod_cache = _pod_signatures(ssn)
-        # Per job, its pods' statuses when it was last asked about, its key and (once
-        # made) its pending footprint then: the passed-over check asks again about every
-        # job left after each failure, and most have not changed since.
-        self._known: dict[Job, _Known] = {}
+        # Per job, its pods' statuses when it was last asked about, its signature and
+        # (once made) its pending footprint then: the passed-over check asks again about
+        # every job left after each failure, and most have not changed since.  Shared
+        # by the session's actions (a job's pods are the same objects all session long).
+        self._known: dict[Job, _Known] = ssn.cache.setdefault(_KNOWN_KEY, {})
 
     def _known_of(self, job: Job) -> _Known:
         """What is known of ``job`` as its pods' statuses are now."""
         statuses = tuple([t.status for t in job.tasks])
         known = self._known.get(job)
         if known is None or known.statuses != statuses:
-            signature = job_signature(job, self._pod_cache)
-            key = (job.queue, signature) if self.per_queue else (signature,)
-            known = self._known[job] = _Known(statuses, key)
+            known = self._known[job] = _Known(statuses, job_signature(job, self._pod_cache))
         return known
 
     def key(self, job: Job) -> tuple:
-        return self._known_of(job).key
+        signature = self._known_of(job).signature
+        return (job.queue, signature) if self.per_queue else (signature,)
 
     def footprint(self, job: Job) -> np.ndarray:
         """:func:`pending_footprint` of ``job``, remembered while its pods' statuses hold
