@@ -154,6 +154,7 @@ class FailedRepresentatives:
         # every job left after each failure, and most have not changed since.  Shared
         # by the session's actions (a job's pods are the same objects all session long).
         self._known: dict[Job, _Known] = ssn.cache.setdefault(_KNOWN_KEY, {})
+        self._easier: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
 
     def _known_of(self, job: Job) -> _Known:
         """What is known of ``job`` as its pods' statuses are now."""
@@ -185,7 +186,17 @@ class FailedRepresentatives:
         if rep is None:
             return None
         footprint = self.footprint(job)
-        return None if easier_than(footprint, rep.footprint) else rep.job
+        # The same jobs are asked about after every failure, most of them unchanged: the
+        # comparison is kept by the two (read-only) footprints it read.
+        pair = (id(footprint), id(rep.footprint))
+        kept = self._easier.get(pair)
+        if kept is None or kept[0] is not footprint or kept[1] is not rep.footprint:
+            kept = self._easier[pair] = (
+                footprint,
+                rep.footprint,
+                easier_than(footprint, rep.footprint),
+            )
+        return None if kept[2] else rep.job
 
     def failed(self, job: Job) -> None:
         """Record a job whose victim search failed (not for lack of time)."""
