@@ -127,10 +127,10 @@ def run_eviction_action(
         if not pool_made:
             pool, pool_made = _kept_pool(ssn, VICTIM_POOL_KEY, VictimPool), True
         if pool is not None:
-            kept = pool
-            return kept.candidates(
+            made = pool  # not None, and the one the lambda below reads
+            return made.candidates(
                 lambda job: job is not preemptor and accept(preemptor, job),
-                None if accept_leaf is None else lambda queue: accept_leaf(preemptor, queue, kept),
+                None if accept_leaf is None else lambda queue: accept_leaf(preemptor, queue, made),
             )
         return [
             job

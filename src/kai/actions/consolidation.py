@@ -39,18 +39,19 @@ def consolidation(ssn: Session) -> None:
     # The last list made: the next preemptor most often gets the same victims, and the
     # search keeps what it derives from them (the victim queue's order, its pops) by the
     # list, while no pod changes status.
-    last: list[list[Job]] = [[]]
+    last: list[Job] = []
 
     def candidates(preemptor: Job) -> list[Job]:
+        nonlocal last
         found = (
             job
             for job in ssn.jobs.values()
             if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
         )
         jobs = list(islice(found, limit + 1))
-        if jobs != last[0]:
-            last[0] = jobs
-        return last[0]
+        if jobs != last:
+            last = jobs
+        return last
 
     run_eviction_action(
         ssn,
