@@ -732,7 +732,9 @@ def test_every_victim_bound_refuses_only_failing_simulations() -> None:
     fails its simulation, and each simulation that succeeds passed it."""
     from kai.actions.solvers import generators
     from kai.actions.solvers.job_solver import _PlacementBound, feasible_nodes
+    from kai.actions.solvers.scenario import gpu_slots_suffice
     from kai.actions.solvers.simulate import every_victim_placed, simulate
+    from kai.api.resources import GPU
     from kai.framework.session import tasks_to_allocate
 
     refused = placed = 0
@@ -753,6 +755,14 @@ def test_every_victim_bound_refuses_only_failing_simulations() -> None:
                         if not bound.may_fit(scenario):
                             continue
                         fits = bound.victims_may_fit(scenario)
+                        victims = scenario.victim_tasks()
+                        capacity, mask = bound._capacity(victims)
+                        requests = bound.requests + [
+                            float(t.request[GPU])
+                            for t in victims
+                            if not t.is_shared_gpu and t.request[GPU] > 0
+                        ]
+                        assert fits == gpu_slots_suffice(capacity[mask], requests)
                         sim = simulate(ssn, scenario, within, every_victim_placed, "consolidation")
                         if sim.solved:
                             assert fits, scenario

@@ -366,6 +366,7 @@ class _PlacementBound:
             # is the same at every check of the probe: each simulation is undone before
             # the next scenario).
             self._shared: SlotBound | None = None
+            self._base_slots: dict[float, int] = {}  # per size (victims_may_fit)
 
     def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
         """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
@@ -402,15 +403,38 @@ class _PlacementBound:
 
     def victims_may_fit(self, scenario: Scenario) -> bool:
         """With ``every_victim``: whether the victims may fit again beside the pending
-        tasks (:meth:`may_fit` said those may)."""
+        tasks (:meth:`may_fit` said those may).  The slots of the probe's nodes are
+        counted once per size, and each scenario only recounts the nodes its victims
+        free GPUs on (the same sums, in the same order, as evicting them on an array)."""
         if not self.every_victim:
             return True
         victims = scenario.victim_tasks()
         moved = _whole_gpu_requests(victims)
         if not moved:
             return True
-        capacity, mask = self._capacity(victims)
-        return gpu_slots_suffice(capacity[mask], self.requests + moved)
+        ssn, base, within = self.ssn, self.base, self.within
+        freed_to: dict[int, float] = {}
+        for task in victims:
+            node = task.node
+            if node >= 0:
+                freed_to[node] = freed_to.get(node, float(base[node])) + gpu_freed(ssn, task)
+        for v, need in gpu_slot_needs(self.requests + moved):
+            have = self._slots_of(v)
+            for node, gpus in freed_to.items():
+                if within[node]:
+                    have -= math.floor((float(base[node]) + COUNT_SLACK) / v)
+                have += math.floor((gpus + COUNT_SLACK) / v)
+            if have < need:
+                return False
+        return True
+
+    def _slots_of(self, size: float) -> int:
+        """The ``size``-GPU slots of the probe's nodes before any eviction."""
+        slots = self._base_slots.get(size)
+        if slots is None:
+            free = self.base[self.within]
+            slots = self._base_slots[size] = int(np.floor((free + COUNT_SLACK) / size).sum())
+        return slots
 
 
 def _whole_gpu_requests(tasks: list[Task]) -> list[float]:
