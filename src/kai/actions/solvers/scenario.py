@@ -838,8 +838,7 @@ def _accumulate(
                 queue.push(job_view(view, rest))
             continue
         if more:
-            taken = set(tasks)
-            queue.push(job_view(view, [t for t in view.tasks if t not in taken]))
+            queue.push(_rest_of(view, tasks))
         state.add(VictimBatch(tasks[0].job, tasks, _nodes_of(tasks)))
         if state.passes_filters():
             yield state
@@ -847,6 +846,12 @@ def _accumulate(
 
 def _nodes_of(tasks: list[Task]) -> frozenset[int]:
     return frozenset(t.node for t in tasks if t.node >= 0)
+
+
+def _rest_of(view: Job, taken: list[Task]) -> Job:
+    """What a victim queue gets back of ``view`` once its chunk ``taken`` is evicted."""
+    chunk = set(taken)
+    return job_view(view, [t for t in view.tasks if t not in chunk])
 
 
 class _PopLog:
@@ -884,8 +889,7 @@ class _PopLog:
             tasks, more = tasks_to_evict(self.ssn, view)
             rest = None
             if tasks and more:
-                taken = set(tasks)
-                rest = job_view(view, [t for t in view.tasks if t not in taken])
+                rest = _rest_of(view, tasks)
                 self.queue.push(rest)
             events.append((view, tasks, rest))
         return events[i] if i < len(events) else None
