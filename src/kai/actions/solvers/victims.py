@@ -72,7 +72,8 @@ class VictimPool(LeafPool):
         self._unread: dict[str, dict[Job, int]] = {}
         # Every leaf ever holding a job, in the order it first did (read or not).
         self._names: dict[str, None] = {}
-        self._lowest: dict[str, int] = {}  # per leaf, its lowest job priority
+        # Per leaf, how many of its jobs have each priority (its lowest is the least key).
+        self._priorities: dict[str, dict[int, int]] = {}
         self._stale: list[Iterable[Job]] = []  # jobs to re-key before the next read
         for job in ssn.jobs.values():
             if self.member(job):
@@ -87,6 +88,16 @@ class VictimPool(LeafPool):
             unread = self._unread[leaf] = {}
             self._names[leaf] = None
         unread[job] = next(self._seq)
+        self._count(leaf, job, 1)
+
+    def _count(self, leaf: str, job: Job, change: int) -> None:
+        """``job`` joins (``change`` 1) or leaves (-1) leaf ``leaf``'s priority counts."""
+        counts = self._priorities.setdefault(leaf, {})
+        left = counts.get(job.priority, 0) + change
+        if left:
+            counts[job.priority] = left
+        else:
+            del counts[job.priority]
 
     def leaf(self, name: str) -> list[tuple[Any, int, Job]]:
         """The sorted entries of leaf ``name`` (keyed on its first read)."""
@@ -109,14 +120,8 @@ class VictimPool(LeafPool):
 
     def lowest_priority(self, name: str) -> int | None:
         """The lowest priority of leaf ``name``'s jobs; None when it has none."""
-        if name in self._lowest:
-            return self._lowest[name]
-        entries = self.leaves.get(name)
-        jobs = [entry[2] for entry in entries] if entries is not None else self._unread.get(name)
-        lowest = min((job.priority for job in jobs), default=None) if jobs else None
-        if lowest is not None:
-            self._lowest[name] = lowest
-        return lowest
+        counts = self._priorities.get(name)
+        return min(counts) if counts else None
 
     def update(self, jobs: Iterable[Job]) -> None:
         """Re-key ``jobs`` (their tasks changed status): leave, move or join the pool.
@@ -132,22 +137,24 @@ class VictimPool(LeafPool):
             return
         stale = dict.fromkeys(job for jobs in self._stale for job in jobs)
         self._stale = []
-        self._lowest.clear()
         gone: dict[str, list[tuple[Any, int, Job]]] = {}
         new: dict[str, list[tuple[Any, int, Job]]] = {}
         for job in stale:
             leaf = job.queue or ""
             unread = self._unread.get(leaf)
             if unread is not None:  # a leaf not read yet: its jobs wait unkeyed
-                unread.pop(job, None)
+                if unread.pop(job, None) is not None:
+                    self._count(leaf, job, -1)
                 if self.member(job):
-                    unread[job] = next(self._seq)
+                    self._join_unread(leaf, job)
                 continue
             old = self.entries.pop(job, None)
             if old is not None:
                 gone.setdefault(leaf, []).append(old)
+                self._count(leaf, job, -1)
             if self.member(job):
                 new.setdefault(leaf, []).append(self._enter(job))
+                self._count(leaf, job, 1)
         for leaf in gone.keys() | new.keys():
             self._names[leaf] = None
             entries = self.leaves.setdefault(leaf, [])
