@@ -773,6 +773,51 @@ def test_every_victim_bound_refuses_only_failing_simulations() -> None:
     assert refused > 0 and placed > 0
 
 
+def test_consolidation_search_refused_whole_only_where_it_fails(monkeypatch) -> None:
+    """A consolidation search is refused before any scenario when its slots cannot take
+    the job and every candidate's pods even with all of them evicted: each refused
+    search fails when run in full, and the searches run decide as before."""
+    from kai.actions.solvers import job_solver
+    from kai.actions.solvers.budget import ActionBudget
+    from kai.actions.solvers.simulate import every_victim_placed
+    from kai.actions.solvers.victims import potential_victim
+    from kai.framework.session import tasks_to_allocate
+
+    def solve(ssn, preemptor, candidates):
+        budget = ActionBudget("consolidation", SearchLimits.for_session(ssn))
+        solver = job_solver.JobSolver(
+            ssn, budget, every_victim_placed, "consolidation", lambda: candidates
+        )
+        result = solver.solve(preemptor)
+        if result.statement is not None:
+            result.statement.discard()
+        return result.solved
+
+    bounded = job_solver.victims_may_ever_fit
+    refused = solved = 0
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        ssn, _, _ = _victim_case(_mixed_snapshot(seed, rng))
+        for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:4]:
+            tasks = tasks_to_allocate(ssn, preemptor)
+            candidates = [
+                job
+                for job in ssn.jobs.values()
+                if job is not preemptor and potential_victim(ssn, job)
+            ][: 3 + seed % 15]
+            fits = bounded(ssn, tasks, candidates, job_solver.feasible_nodes(ssn, tasks))
+            with_bound = solve(ssn, preemptor, candidates)
+            monkeypatch.setattr(job_solver, "victims_may_ever_fit", lambda *args: True)
+            in_full = solve(ssn, preemptor, candidates)
+            monkeypatch.setattr(job_solver, "victims_may_ever_fit", bounded)
+            assert with_bound == in_full, (seed, preemptor.key)
+            if not fits:
+                assert not in_full, (seed, preemptor.key)
+            refused += not fits
+            solved += in_full
+    assert refused > 0 and solved > 0
+
+
 def test_accumulations_read_through_the_pop_log_match_popping_the_queue(monkeypatch) -> None:
     """Accumulations of one candidate list on one session state read the victim queue's
     pops from a shared log, and an accumulation that meets a recorded victim goes on

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,6 +124,16 @@ class JobSolver:
         failed: set[Fingerprint] = set()
         feasible = feasible_nodes(ssn, tasks)
         victims = self.candidates()
+        if self.validator is every_victim_placed and not victims_may_ever_fit(
+            ssn, tasks, victims, feasible
+        ):
+            # No set of these victims leaves room for the job and every victim again:
+            # every scenario of a probe of the whole job would fail.  Told to the
+            # compiled re-placement's credit as a failed simulation (see CREDIT_START).
+            check = ReplacementCheck.for_session(ssn)
+            if check is not None:
+                check.account(False)
+            return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
         self._afresh = []
         for name, gen in generators:
             result = self._search(job, tasks, name, gen, victims, feasible, failed, job_budget)
@@ -437,6 +447,44 @@ class _PlacementBound:
         return slots
 
 
+def victims_may_ever_fit(
+    ssn: Session, pending: list[Task], candidates: Iterable[Job], feasible: np.ndarray
+) -> bool:
+    """Whether some scenario of a search whose every victim must be placed again
+    (consolidation) may place the whole job: False only when none can.
+
+    This is :meth:`_PlacementBound.victims_may_fit` with every pod of every candidate
+    evicted, on the feasible nodes and every node such a pod is on, each node's GPUs
+    counted from no less than zero.  Evicting one more pod never makes the count of any
+    size v worse: it adds at least floor(g / v) v-sized slots on its node (a node a
+    victim adds to the simulation's nodes brings at least its victims' slots) and at
+    most one pod of >= v GPUs to place.  So if the slots of some size are too few with
+    every candidate evicted, they are too few for every set of victims, and each
+    probe of the whole job (the only probes a solution comes from) fails.
+    """
+    requests = _whole_gpu_requests(pending)
+    if not requests:
+        return True  # the victims alone always fit where they were
+    capacity = np.maximum(node_gpu_capacity(ssn), 0.0)
+    inside = feasible.copy()
+    nodes: list[int] = []
+    freed: list[float] = []
+    moved: list[float] = []
+    for job in candidates:
+        for task in job.tasks:
+            if task.node >= 0:
+                nodes.append(task.node)
+                freed.append(gpu_freed(ssn, task))
+                if not task.is_shared_gpu and task.request[GPU] > 0:
+                    moved.append(float(task.request[GPU]))
+    np.add.at(capacity, nodes, freed)
+    inside[nodes] = True
+    free = capacity[inside] + COUNT_SLACK
+    return all(
+        int(np.floor(free / v).sum()) >= need for v, need in gpu_slot_needs(requests + moved)
+    )
+
+
 def _whole_gpu_requests(tasks: list[Task]) -> list[float]:
     """The GPUs of ``tasks`` that ask for whole GPUs (not a shared device)."""
     return [float(t.request[GPU]) for t in tasks if not t.is_shared_gpu and t.request[GPU] > 0]
@@ -488,4 +536,11 @@ def victim_jobs_of(tasks: list[Task]) -> list[Job]:
     return out
 
 
-__all__ = ["JobSolver", "SolveResult", "Scenario", "feasible_nodes", "victim_jobs_of"]
+__all__ = [
+    "JobSolver",
+    "SolveResult",
+    "Scenario",
+    "feasible_nodes",
+    "victim_jobs_of",
+    "victims_may_ever_fit",
+]
