@@ -818,6 +818,37 @@ def test_consolidation_search_refused_whole_only_where_it_fails(monkeypatch) -> 
     assert refused > 0 and solved > 0
 
 
+def test_a_search_without_candidates_is_over_before_any_scenario() -> None:
+    """With no candidate victims (an empty list, or a pool none of whose leaves may
+    hold one) and no recorded victims yet, no generator has a scenario to give: the
+    search ends unsolved at once, as running the generators would end it."""
+    from kai.actions.solvers import generators, job_solver
+    from kai.actions.solvers.budget import ActionBudget
+    from kai.actions.solvers.simulate import every_victim_placed
+    from kai.framework.session import tasks_to_allocate
+
+    searched = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        ssn, pool, _ = _victim_case(_mixed_snapshot(seed, rng))
+        for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
+            tasks = tasks_to_allocate(ssn, preemptor)
+            feasible = job_solver.feasible_nodes(ssn, tasks)
+            no_leaf = pool.candidates(lambda job: True, lambda leaf: False)
+            assert not no_leaf.leaves and list(no_leaf) == []
+            for empty in ([], no_leaf):
+                for name, gen in generators.GENERATORS.items():
+                    assert list(gen(ssn, preemptor, tasks, [], empty, feasible)) == [], name
+                budget = ActionBudget("preempt", SearchLimits.for_session(ssn))
+                solver = job_solver.JobSolver(
+                    ssn, budget, every_victim_placed, "preempt", lambda e=empty: e
+                )
+                result = solver.solve(preemptor)
+                assert (result.solved, result.reason) == (False, job_solver.GENERATORS_EXHAUSTED)
+                searched += 1
+    assert searched > 0
+
+
 def test_accumulations_read_through_the_pop_log_match_popping_the_queue(monkeypatch) -> None:
     """Accumulations of one candidate list on one session state read the victim queue's
     pops from a shared log, and an accumulation that meets a recorded victim goes on

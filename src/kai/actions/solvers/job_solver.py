@@ -42,6 +42,7 @@ from kai.actions.solvers.scenario import (
     pending_key,
 )
 from kai.actions.solvers.simulate import Simulation, Validator, every_victim_placed, simulate
+from kai.actions.solvers.victims import VictimCandidates
 from kai.api.model import ACTIVE_USED, Job, Task
 from kai.api.resources import GPU
 from kai.framework.session import Session, tasks_to_allocate
@@ -120,10 +121,14 @@ class JobSolver:
         generators = [(name, GENERATORS[name]) for name in names if name in GENERATORS]
         if not generators:
             return SolveResult(False, NO_GENERATOR)
+        victims = self.candidates()
+        if not (victims.leaves if isinstance(victims, VictimCandidates) else victims):
+            # No candidate at all: no generator has a scenario to give (a probe's first
+            # scenarios come from its recorded victims, and there are none yet).
+            return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
         active_before = job.count(ACTIVE_USED)
         failed: set[Fingerprint] = set()
         feasible = feasible_nodes(ssn, tasks)
-        victims = self.candidates()
         if self.validator is every_victim_placed and not victims_may_ever_fit(
             ssn, tasks, victims, feasible
         ):
