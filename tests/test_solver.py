@@ -351,6 +351,18 @@ def _victim_case(snap):
     return ssn, pool, running
 
 
+def _pending_cases(seeds: int, per_seed: int):
+    """For each of the first ``seeds`` mixed snapshots, its first ``per_seed`` jobs with
+    tasks to place: (seed, session, victim pool, the job, its tasks to place)."""
+    from kai.framework.session import tasks_to_allocate
+
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        ssn, pool, _ = _victim_case(_mixed_snapshot(seed, rng))
+        for job in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:per_seed]:
+            yield seed, ssn, pool, job, tasks_to_allocate(ssn, job)
+
+
 def _one_leaf_gangs(rng):
     """Victims in one leaf queue: gangs (evicted whole), elastic jobs, fractional GPUs."""
     nodes = {f"n{i}": 8 for i in range(6)}
@@ -735,41 +747,36 @@ def test_every_victim_bound_refuses_only_failing_simulations() -> None:
     from kai.actions.solvers.scenario import gpu_slots_suffice
     from kai.actions.solvers.simulate import every_victim_placed, simulate
     from kai.api.resources import GPU
-    from kai.framework.session import tasks_to_allocate
 
     refused = placed = 0
-    for seed in range(9):
-        rng = np.random.default_rng(seed)
-        ssn, pool, running = _victim_case(_mixed_snapshot(seed, rng))
-        for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
-            tasks = tasks_to_allocate(ssn, preemptor)
-            for k in sorted({1, len(tasks)}):
-                within = feasible_nodes(ssn, tasks)
-                bound = _PlacementBound(ssn, tasks[:k], within, [], every_victim=True)
-                for name in ("NodeLocalGreedy", "MultiNodeGang"):
-                    cands = pool.candidates(lambda job, p=preemptor: job is not p)
-                    scenarios = generators.GENERATORS[name](
-                        ssn, preemptor, tasks[:k], [], cands, within
-                    )
-                    for _, scenario in zip(range(60), scenarios):
-                        if not bound.may_fit(scenario):
-                            continue
-                        fits = bound.victims_may_fit(scenario)
-                        victims = scenario.victim_tasks()
-                        capacity, mask = bound._capacity(victims)
-                        requests = bound.requests + [
-                            float(t.request[GPU])
-                            for t in victims
-                            if not t.is_shared_gpu and t.request[GPU] > 0
-                        ]
-                        assert fits == gpu_slots_suffice(capacity[mask], requests)
-                        sim = simulate(ssn, scenario, within, every_victim_placed, "consolidation")
-                        if sim.solved:
-                            assert fits, scenario
-                            assert sim.statement is not None
-                            sim.statement.discard()
-                            placed += 1
-                        refused += not fits
+    for _, ssn, pool, preemptor, tasks in _pending_cases(9, 3):
+        for k in sorted({1, len(tasks)}):
+            within = feasible_nodes(ssn, tasks)
+            bound = _PlacementBound(ssn, tasks[:k], within, [], every_victim=True)
+            for name in ("NodeLocalGreedy", "MultiNodeGang"):
+                cands = pool.candidates(lambda job, p=preemptor: job is not p)
+                scenarios = generators.GENERATORS[name](
+                    ssn, preemptor, tasks[:k], [], cands, within
+                )
+                for _, scenario in zip(range(60), scenarios):
+                    if not bound.may_fit(scenario):
+                        continue
+                    fits = bound.victims_may_fit(scenario)
+                    victims = scenario.victim_tasks()
+                    capacity, mask = bound._capacity(victims)
+                    requests = bound.requests + [
+                        float(t.request[GPU])
+                        for t in victims
+                        if not t.is_shared_gpu and t.request[GPU] > 0
+                    ]
+                    assert fits == gpu_slots_suffice(capacity[mask], requests)
+                    sim = simulate(ssn, scenario, within, every_victim_placed, "consolidation")
+                    if sim.solved:
+                        assert fits, scenario
+                        assert sim.statement is not None
+                        sim.statement.discard()
+                        placed += 1
+                    refused += not fits
     assert refused > 0 and placed > 0
 
 
@@ -781,7 +788,6 @@ def test_consolidation_search_refused_whole_only_where_it_fails(monkeypatch) -> 
     from kai.actions.solvers.budget import ActionBudget
     from kai.actions.solvers.simulate import every_victim_placed
     from kai.actions.solvers.victims import potential_victim
-    from kai.framework.session import tasks_to_allocate
 
     def solve(ssn, preemptor, candidates):
         budget = ActionBudget("consolidation", SearchLimits.for_session(ssn))
@@ -795,26 +801,20 @@ def test_consolidation_search_refused_whole_only_where_it_fails(monkeypatch) -> 
 
     bounded = job_solver.victims_may_ever_fit
     refused = solved = 0
-    for seed in range(12):
-        rng = np.random.default_rng(seed)
-        ssn, _, _ = _victim_case(_mixed_snapshot(seed, rng))
-        for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:4]:
-            tasks = tasks_to_allocate(ssn, preemptor)
-            candidates = [
-                job
-                for job in ssn.jobs.values()
-                if job is not preemptor and potential_victim(ssn, job)
-            ][: 3 + seed % 15]
-            fits = bounded(ssn, tasks, candidates, job_solver.feasible_nodes(ssn, tasks))
-            with_bound = solve(ssn, preemptor, candidates)
-            monkeypatch.setattr(job_solver, "victims_may_ever_fit", lambda *args: True)
-            in_full = solve(ssn, preemptor, candidates)
-            monkeypatch.setattr(job_solver, "victims_may_ever_fit", bounded)
-            assert with_bound == in_full, (seed, preemptor.key)
-            if not fits:
-                assert not in_full, (seed, preemptor.key)
-            refused += not fits
-            solved += in_full
+    for seed, ssn, _, preemptor, tasks in _pending_cases(12, 4):
+        candidates = [
+            job for job in ssn.jobs.values() if job is not preemptor and potential_victim(ssn, job)
+        ][: 3 + seed % 15]
+        fits = bounded(ssn, tasks, candidates, job_solver.feasible_nodes(ssn, tasks))
+        with_bound = solve(ssn, preemptor, candidates)
+        monkeypatch.setattr(job_solver, "victims_may_ever_fit", lambda *args: True)
+        in_full = solve(ssn, preemptor, candidates)
+        monkeypatch.setattr(job_solver, "victims_may_ever_fit", bounded)
+        assert with_bound == in_full, (seed, preemptor.key)
+        if not fits:
+            assert not in_full, (seed, preemptor.key)
+        refused += not fits
+        solved += in_full
     assert refused > 0 and solved > 0
 
 
@@ -825,27 +825,22 @@ def test_a_search_without_candidates_is_over_before_any_scenario() -> None:
     from kai.actions.solvers import generators, job_solver
     from kai.actions.solvers.budget import ActionBudget
     from kai.actions.solvers.simulate import every_victim_placed
-    from kai.framework.session import tasks_to_allocate
 
     searched = 0
-    for seed in range(6):
-        rng = np.random.default_rng(seed)
-        ssn, pool, _ = _victim_case(_mixed_snapshot(seed, rng))
-        for preemptor in [j for j in ssn.jobs.values() if tasks_to_allocate(ssn, j)][:3]:
-            tasks = tasks_to_allocate(ssn, preemptor)
-            feasible = job_solver.feasible_nodes(ssn, tasks)
-            no_leaf = pool.candidates(lambda job: True, lambda leaf: False)
-            assert not no_leaf.leaves and list(no_leaf) == []
-            for empty in ([], no_leaf):
-                for name, gen in generators.GENERATORS.items():
-                    assert list(gen(ssn, preemptor, tasks, [], empty, feasible)) == [], name
-                budget = ActionBudget("preempt", SearchLimits.for_session(ssn))
-                solver = job_solver.JobSolver(
-                    ssn, budget, every_victim_placed, "preempt", lambda e=empty: e
-                )
-                result = solver.solve(preemptor)
-                assert (result.solved, result.reason) == (False, job_solver.GENERATORS_EXHAUSTED)
-                searched += 1
+    for _, ssn, pool, preemptor, tasks in _pending_cases(6, 3):
+        feasible = job_solver.feasible_nodes(ssn, tasks)
+        no_leaf = pool.candidates(lambda job: True, lambda leaf: False)
+        assert not no_leaf.leaves and list(no_leaf) == []
+        for empty in ([], no_leaf):
+            for name, gen in generators.GENERATORS.items():
+                assert list(gen(ssn, preemptor, tasks, [], empty, feasible)) == [], name
+            budget = ActionBudget("preempt", SearchLimits.for_session(ssn))
+            solver = job_solver.JobSolver(
+                ssn, budget, every_victim_placed, "preempt", lambda e=empty: e
+            )
+            result = solver.solve(preemptor)
+            assert (result.solved, result.reason) == (False, job_solver.GENERATORS_EXHAUSTED)
+            searched += 1
     assert searched > 0
 
 
