@@ -129,12 +129,17 @@ class JobSolver:
         active_before = job.count(ACTIVE_USED)
         failed: set[Fingerprint] = set()
         feasible = feasible_nodes(ssn, tasks)
-        if self.validator is every_victim_placed and not victims_may_ever_fit(
-            ssn, tasks, victims, feasible
+        if (
+            self.validator is every_victim_placed
+            and isinstance(victims, list)
+            and not victims_may_ever_fit(ssn, tasks, victims, feasible)
         ):
             # No set of these victims leaves room for the job and every victim again:
-            # every scenario of a probe of the whole job would fail.  Told to the
-            # compiled re-placement's credit as a failed simulation (see CREDIT_START).
+            # every scenario of a probe of the whole job would fail.  Only for a list
+            # the caller made (consolidation's first candidates): reading a pool's
+            # candidates would run the victim filters on all of them, which a search
+            # that succeeds early never does.  Told to the compiled re-placement's
+            # credit as a failed simulation (see CREDIT_START).
             check = ReplacementCheck.for_session(ssn)
             if check is not None:
                 check.account(False)
