@@ -390,17 +390,7 @@ class _PlacementBound:
 
     def _capacity(self, victims: list[Task]) -> tuple[np.ndarray, np.ndarray]:
         """GPUs per node once ``victims`` are evicted, and the nodes the simulation uses."""
-        victims = [t for t in victims if t.node >= 0]
-        index = np.fromiter((t.node for t in victims), dtype=np.intp, count=len(victims))
-        ssn = self.ssn
-        freed = np.fromiter(
-            (gpu_freed(ssn, t) for t in victims), dtype=np.float64, count=len(victims)
-        )
-        capacity = self.base.copy()
-        np.add.at(capacity, index, freed)
-        mask = self.within.copy()
-        mask[index] = True
-        return capacity, mask
+        return _after_evictions(self.ssn, self.base, self.within, victims)
 
     def may_fit(self, scenario: Scenario) -> bool:
         """Whether the pending tasks may fit."""
@@ -464,35 +454,36 @@ def victims_may_ever_fit(
     (consolidation) may place the whole job: False only when none can.
 
     This is :meth:`_PlacementBound.victims_may_fit` with every pod of every candidate
-    evicted, on the feasible nodes and every node such a pod is on, each node's GPUs
-    counted from no less than zero.  Evicting one more pod never makes the count of any
-    size v worse: it adds at least floor(g / v) v-sized slots on its node (a node a
-    victim adds to the simulation's nodes brings at least its victims' slots) and at
-    most one pod of >= v GPUs to place.  So if the slots of some size are too few with
+    evicted, on the feasible nodes and every node such a pod is on (each node's GPUs
+    counted from no less than zero, as :func:`node_gpu_capacity` counts them).
+    Evicting one more pod never makes the count of any size v worse: it adds at least
+    floor(g / v) v-sized slots on its node (a node a victim adds to the simulation's
+    nodes brings at least its victims' slots) and at most one pod of >= v GPUs to
+    place.  So if the slots of some size are too few with
     every candidate evicted, they are too few for every set of victims, and each
     probe of the whole job (the only probes a solution comes from) fails.
     """
     requests = _whole_gpu_requests(pending)
     if not requests:
         return True  # the victims alone always fit where they were
-    capacity = np.maximum(node_gpu_capacity(ssn), 0.0)
-    inside = feasible.copy()
-    nodes: list[int] = []
-    freed: list[float] = []
-    moved: list[float] = []
-    for job in candidates:
-        for task in job.tasks:
-            if task.node >= 0:
-                nodes.append(task.node)
-                freed.append(gpu_freed(ssn, task))
-                if not task.is_shared_gpu and task.request[GPU] > 0:
-                    moved.append(float(task.request[GPU]))
-    np.add.at(capacity, nodes, freed)
-    inside[nodes] = True
-    free = capacity[inside] + COUNT_SLACK
-    return all(
-        int(np.floor(free / v).sum()) >= need for v, need in gpu_slot_needs(requests + moved)
-    )
+    victims = [task for job in candidates for task in job.tasks if task.node >= 0]
+    capacity, inside = _after_evictions(ssn, node_gpu_capacity(ssn), feasible, victims)
+    return gpu_slots_suffice(capacity[inside], requests + _whole_gpu_requests(victims))
+
+
+def _after_evictions(
+    ssn: Session, base: np.ndarray, within: np.ndarray, victims: list[Task]
+) -> tuple[np.ndarray, np.ndarray]:
+    """GPUs per node (``base``: before any eviction) once ``victims`` are evicted, and
+    the nodes a simulation of them uses (``within`` and the victims' nodes)."""
+    victims = [t for t in victims if t.node >= 0]
+    index = np.fromiter((t.node for t in victims), dtype=np.intp, count=len(victims))
+    freed = np.fromiter((gpu_freed(ssn, t) for t in victims), dtype=np.float64, count=len(victims))
+    capacity = base.copy()
+    np.add.at(capacity, index, freed)
+    mask = within.copy()
+    mask[index] = True
+    return capacity, mask
 
 
 def _whole_gpu_requests(tasks: list[Task]) -> list[float]:
