@@ -37,6 +37,7 @@ from kai.actions.solvers.scenario import (
     VictimBatch,
     gpu_freed,
     gpu_slot_needs,
+    gpu_slots,
     gpu_slots_suffice,
     node_gpu_capacity,
     pending_key,
@@ -402,7 +403,7 @@ class _PlacementBound:
         shared = self._shared
         if shared is None:
             capacity, mask = self._capacity(self.recorded)
-            slots = [int(np.floor((capacity[mask] + COUNT_SLACK) / v).sum()) for v, _ in self.needs]
+            slots = [gpu_slots(capacity[mask], v) for v, _ in self.needs]
             fast = _fast.module("bounds")
             bound = fast.SlotBound if fast is not None else SlotBound
             shared = self._shared = bound(capacity, mask, self.needs, slots, COUNT_SLACK)
@@ -442,8 +443,7 @@ class _PlacementBound:
         """The ``size``-GPU slots of the probe's nodes before any eviction."""
         slots = self._base_slots.get(size)
         if slots is None:
-            free = self.base[self.within]
-            slots = self._base_slots[size] = int(np.floor((free + COUNT_SLACK) / size).sum())
+            slots = self._base_slots[size] = gpu_slots(self.base[self.within], size)
         return slots
 
 

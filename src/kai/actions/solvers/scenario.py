@@ -144,6 +144,11 @@ def gpu_slot_needs(requests: list[float]) -> list[tuple[float, int]]:
     return [(v, sum(1 for r in requests if r >= v)) for v in sorted(set(requests), reverse=True)]
 
 
+def gpu_slots(capacity: np.ndarray, size: float) -> int:
+    """How many pods of ``size`` GPUs or more nodes of ``capacity`` GPUs can hold at most."""
+    return int(np.floor((capacity + COUNT_SLACK) / size).sum())
+
+
 def gpu_slots_suffice(
     capacity: np.ndarray, requests: list[float], needs: list[tuple[float, int]] | None = None
 ) -> bool:
@@ -151,7 +156,7 @@ def gpu_slots_suffice(
     GPUs: for every request size v, the requests of >= v GPUs fit the v-sized slots.
     ``needs``: :func:`gpu_slot_needs` of ``requests``, when known."""
     for v, need in gpu_slot_needs(requests) if needs is None else needs:
-        if np.floor((capacity + COUNT_SLACK) / v).sum() < need:
+        if gpu_slots(capacity, v) < need:
             return False
     return True
 
@@ -316,7 +321,7 @@ class AccumulatedState:
         sizes = sorted({float(v) for v in positive}, reverse=True)
         self._unit_need = [int(np.count_nonzero(positive >= v)) for v in sizes]
         capacity = self.gpu_capacity
-        self._units = [int(np.floor((capacity + COUNT_SLACK) / v).sum()) for v in sizes]
+        self._units = [gpu_slots(capacity, v) for v in sizes]
         self._unit_sizes = sizes
 
     def _free_recorded(self) -> None:
