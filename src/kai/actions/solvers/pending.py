@@ -71,14 +71,16 @@ class PendingPool(LeafPool):
 
 class _Leaf:
     """One leaf of a simulation queue: the pool's sorted jobs (read from ``pos``, the
-    participants' real jobs left out) merged with the participants' sorted entries."""
+    participants' real jobs left out) merged with the participants' entries, sorted
+    descending so that the next one is popped off the end (a simulation may have tens
+    of thousands of participants in one leaf)."""
 
     __slots__ = ("base", "pos", "own", "left", "skip")
 
     def __init__(self, base: list[tuple[Any, int, Job]], skip: set[Job]) -> None:
         self.base = base
         self.pos = 0
-        self.own: list[tuple[Any, int, Job]] = []
+        self.own: list[tuple[Any, int, Job]] = []  # descending
         self.left = 0  # participants not yet popped
         self.skip = skip
 
@@ -93,7 +95,7 @@ class _Leaf:
 
     def head(self) -> Job | None:
         base = self._base_head()
-        own = self.own[0] if self.own else None
+        own = self.own[-1] if self.own else None
         if base is None:
             return None if own is None else own[2]
         if own is None or base[:2] < own[:2]:
@@ -102,9 +104,9 @@ class _Leaf:
 
     def pop(self) -> Job:
         base = self._base_head()
-        if self.own and (base is None or self.own[0][:2] <= base[:2]):
+        if self.own and (base is None or self.own[-1][:2] <= base[:2]):
             self.left -= 1
-            return self.own.pop(0)[2]
+            return self.own.pop()[2]
         assert base is not None
         self.pos += 1
         return base[2]
@@ -133,8 +135,11 @@ class SimulationQueue(JobQueue):
             if leaf is None:
                 leaf = self.leaves[name] = _Leaf([], replaces)
                 self._link(name)
-            insort(leaf.own, (pool.key(job), next(seq), job))
+            leaf.own.append((pool.key(job), next(seq), job))
             leaf.left += 1
+        for leaf in self.leaves.values():
+            if len(leaf.own) > 1:
+                leaf.own.sort(reverse=True)  # (key, seq) pairs are distinct
         self.remaining = len(participants)
         self.participants = set(participants)
         self.pool = pool
@@ -152,7 +157,7 @@ class SimulationQueue(JobQueue):
                 leaf = live[0]
                 leaf.left -= 1
                 self.remaining -= 1
-                return leaf.own.pop(0)[2]
+                return leaf.own.pop()[2]
             best = self._best_among(self.children.get(None, []), {})
             if best is None:
                 return None
