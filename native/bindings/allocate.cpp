@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <string>
 #include <vector>
@@ -407,6 +408,8 @@ class NodePicker {
     return py::make_tuple(node, on_idle);
   }
 
+  const Input& input() const { return in_; }
+
   // kai/simulation.hpp: ``sim`` is a kai.actions.solvers.replacement.ReplacementArrays.
   py::tuple replace_victims(const py::object& sim) {
     const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
@@ -575,11 +578,67 @@ class NodePicker {
   i64 zero_ = 0;
 };
 
+// NodePicker.pick for pods alike placed one after another on the same nodes (a
+// simulation placing a job's many pods): the nodes are grouped by score inputs, as the
+// allocate loop does, and only the nodes reported changed are read again.  Holds the
+// predicate masks of one constraint set and the nodes ``within``; the picker it was made
+// from is kept alive by the binding.
+class AlikePicks {
+ public:
+  AlikePicks(const NodePicker& picker, Bool masks, Bool within)
+      : in_(picker.input()), masks_(std::move(masks)), within_(std::move(within)) {
+    const auto N = static_cast<std::size_t>(in_.N);
+    check_size(within_, N, "within");
+    if (N == 0 || masks_.size() % static_cast<py::ssize_t>(N) != 0) {
+      throw py::value_error("NodePicker.alike: masks");
+    }
+    in_.P = static_cast<i64>(static_cast<std::size_t>(masks_.size()) / N);
+    in_.pred = masks_.data();
+    in_.within = within_.data();
+    for (i64 n = 0; n < in_.N; ++n) {
+      if (in_.within[n]) within_nodes_.push_back(n);
+    }
+    in_.within_nodes = within_nodes_.data();
+    in_.within_count = static_cast<i64>(within_nodes_.size());
+    in_.task_nom = &nominated_;
+    chooser_ = std::make_unique<kai::alloc::NodeChooser>(in_);
+  }
+
+  py::tuple pick(const F64& idle, const F64& releasing, const F64& request, i64 nominated) {
+    const auto N = static_cast<std::size_t>(in_.N), R = static_cast<std::size_t>(in_.R);
+    check_size(idle, N * R, "idle");
+    check_size(releasing, N * R, "releasing");
+    check_size(request, R, "request");
+    in_.task_req = request.data();
+    nominated_ = nominated;
+    bool on_idle = false;
+    const i64 node = chooser_->choose_alike(idle.data(), releasing.data(), &on_idle);
+    return py::make_tuple(node, on_idle);
+  }
+
+  void changed(i64 n) {
+    if (n < 0 || n >= in_.N) throw py::index_error("NodePicker.alike: node out of range");
+    chooser_->changed(n);
+  }
+
+ private:
+  Input in_;  // the chooser reads it at each pick: set before it is made, never moved
+  Bool masks_, within_;
+  std::vector<i64> within_nodes_;
+  i64 nominated_ = -1;
+  std::unique_ptr<kai::alloc::NodeChooser> chooser_;
+};
+
 }  // namespace
 
 void register_allocate(py::module_& m) {
   m.def("allocate_loop", &allocate_loop, py::arg("inputs"),
         "The allocate action's loop for the built-in plugins (kai.actions.fast_allocate).");
+  py::class_<AlikePicks>(m, "AlikePicks",
+                         "NodePicker.pick for pods alike, the nodes grouped by score inputs.")
+      .def("pick", &AlikePicks::pick, py::arg("idle"), py::arg("releasing"),
+           py::arg("request"), py::arg("nominated"))
+      .def("changed", &AlikePicks::changed, py::arg("node"));
   py::class_<NodePicker>(m, "NodePicker",
                          "The allocate loop's node choice for one task at a time.")
       .def(py::init<F64, F64, I64, F64, i64, i64, bool, bool>(), py::arg("allocatable"),
@@ -588,6 +647,14 @@ void register_allocate(py::module_& m) {
       .def("pick", &NodePicker::pick, py::arg("idle"), py::arg("releasing"), py::arg("request"),
            py::arg("masks"), py::arg("nominated"), py::arg("portion"), py::arg("shared_idle"),
            py::arg("shared_any"), py::arg("within"))
+      .def(
+          "alike",
+          [](const NodePicker& picker, Bool masks, Bool within) {
+            return std::make_unique<AlikePicks>(picker, std::move(masks), std::move(within));
+          },
+          py::arg("masks"), py::arg("within"), py::keep_alive<0, 1>(),
+          "pick for pods alike placed one after another on these masks and nodes: "
+          "report each node whose rows change between picks with changed().")
       .def("replace_victims", &NodePicker::replace_victims, py::arg("sim"),
            "A simulation's re-placement (kai/simulation.hpp): (outcome, steps).  Outcome "
            "0: the preemptor is not placed whole in its turn, 1: it is (and every victim, "

@@ -80,6 +80,14 @@ class IncrementalFit:
 # allocate: the allocate action's fused loop (inputs and result: kai.actions.fast_allocate)
 def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]: ...
 
+# NodePicker.pick for pods alike, the nodes grouped by score inputs
+# (kai.actions.fast_allocate.AlikePicks)
+class AlikePicks:
+    def pick(
+        self, idle: ArrayLike, releasing: ArrayLike, request: ArrayLike, nominated: int
+    ) -> tuple[int, bool]: ...
+    def changed(self, node: int) -> None: ...
+
 # the loop's node choice for one task at a time (kai.actions.fast_allocate.NodePicker)
 class NodePicker:
     def __init__(
@@ -105,6 +113,11 @@ class NodePicker:
         shared_any: ArrayLike,
         within: ArrayLike | None,
     ) -> tuple[int, bool]: ...
+    def alike(self, masks: ArrayLike, within: ArrayLike) -> AlikePicks:
+        """``pick`` for pods alike placed one after another on these predicate masks
+        (one constraint set) and nodes: report each node whose rows change between
+        picks with ``AlikePicks.changed``."""
+        ...
     def replace_victims(self, sim: object) -> tuple[int, NDArray[np.int64] | None]:
         """A simulation's re-placement (``sim``: a
         kai.actions.solvers.replacement.ReplacementArrays) as ``(outcome, steps)``.

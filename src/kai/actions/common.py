@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from kai.actions.fast_allocate import NodePicker
+from kai.actions.fast_allocate import AlikePicks, NodePicker
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
 from kai.api.resources import INSUFFICIENT_RESOURCES, describe_failures
 from kai.framework.session import Session, tasks_to_allocate
@@ -294,13 +294,15 @@ def allocate_task(
     *,
     pipeline_only: bool = False,
     within: np.ndarray | None = None,
+    alike: AlikePicks | None = None,
 ) -> str | None:
-    """Place one task on the best node; return why not, or None on success."""
+    """Place one task on the best node; return why not, or None on success.  ``alike``:
+    the picks of the run this placement is part of (:class:`AlikePicks`)."""
     problem = ssn.pre_predicate(task, job)
     if problem:
         return problem
     picker = NodePicker.for_session(ssn)
-    picked = picker.pick(task, job, within) if picker is not None else None
+    picked = picker.pick(task, job, within, alike) if picker is not None else None
     if picked is not None and picked[0] >= 0:
         node, on_idle = picked  # the compiled choice: the same node as below
     else:

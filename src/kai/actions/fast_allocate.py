@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -190,6 +191,12 @@ def _gpu_order_kinds(ssn: Session, plugins: dict[str, Any]) -> list[int] | None:
 #: Where a session keeps its node picker (``ssn.cache``): a NodePicker, or a reason.
 PICKER_KEY = "fast_allocate.picker"
 
+#: From this many pods to place one after another (a simulation's re-placement, a
+#: probe's pending pods), the core groups the nodes by score inputs per class of pods
+#: alike, as the allocate loop does: the same choices, and cheaper than scoring every
+#: node at each pick once the groups are made.
+GROUP_NODES_FROM = 48
+
 
 class NodePicker:
     """The compiled loop's node choice for one task at a time, for the general path
@@ -257,9 +264,12 @@ class NodePicker:
         self.masks[key] = masks
         return masks
 
-    def pick(self, task: Task, job: Job, within: np.ndarray | None) -> tuple[int, bool] | None:
+    def pick(
+        self, task: Task, job: Job, within: np.ndarray | None, alike: AlikePicks | None = None
+    ) -> tuple[int, bool] | None:
         """(node, fits on idle capacity there) for ``task`` among the nodes ``within``
-        (-1: none may take it); None when the picker does not take this task."""
+        (-1: none may take it); None when the picker does not take this task.  Through
+        ``alike``, if given for these nodes, on whole GPUs: the same choice."""
         if task.gpu_memory_mib > 0:
             return None
         masks = self.constraint_masks(task, job)
@@ -267,18 +277,72 @@ class NodePicker:
             return None
         nodes = self.ssn.nodes
         nominated = task.pod.nominated_node_name
+        nominated_at = nodes.index.get(nominated, -1) if nominated else -1
+        if alike is not None and within is alike.within and task.gpu_fraction <= 0:
+            return alike.pick(masks, task.request, nominated_at)
         node, on_idle = self.native.pick(
             nodes.idle,
             nodes.releasing,
             task.request,
             masks,
-            nodes.index.get(nominated, -1) if nominated else -1,
+            nominated_at,
             task.gpu_fraction,
             nodes.shared_free_idle,
             nodes.shared_free_any,
             within,
         )
         return node, on_idle
+
+
+class AlikePicks:
+    """:meth:`NodePicker.pick` for many pods placed one after another on the nodes
+    ``within`` (a probe's pending pods, mostly alike): the compiled chooser keeps the
+    nodes grouped by score inputs, and reads again only the nodes each placement
+    changed, which the caller reports (:meth:`placed`).  A change to the node table it
+    was not told of (the table's version moved since) starts the groups afresh, as does
+    a pod of another constraint set."""
+
+    __slots__ = ("picker", "within", "masks", "native", "version")
+
+    def __init__(self, picker: NodePicker, within: np.ndarray) -> None:
+        self.picker = picker
+        self.within = within
+        self.masks: np.ndarray | None = None
+        self.native: Any = None
+        self.version = -1
+
+    @classmethod
+    def for_run(cls, ssn: Session, within: np.ndarray | None, pods: int) -> AlikePicks | None:
+        """The picks of a run of ``pods`` placements on ``within``; None where grouping
+        does not pay (fewer than ``GROUP_NODES_FROM``) or there is no compiled picker."""
+        if pods < GROUP_NODES_FROM or within is None:
+            return None
+        picker = NodePicker.for_session(ssn)
+        return cls(picker, within) if picker is not None else None
+
+    def pick(self, masks: np.ndarray, request: np.ndarray, nominated: int) -> tuple[int, bool]:
+        nodes = self.picker.ssn.nodes
+        if self.native is None or masks is not self.masks or nodes.version != self.version:
+            self.native = self.picker.native.alike(masks, self.within)
+            self.masks = masks
+            self.version = nodes.version
+        node, on_idle = self.native.pick(nodes.idle, nodes.releasing, request, nominated)
+        return node, on_idle
+
+    def placed(self, nodes: Iterable[int], since: int) -> None:
+        """A placement changed the rows of ``nodes`` (and of no other node) from the
+        node table's version ``since`` (taken before it) to the version now; anything
+        else changed since the last pick starts the groups afresh at the next one."""
+        native = self.native
+        if native is None:
+            return
+        if since != self.version:
+            self.native = None
+            return
+        for node in nodes:
+            if node >= 0:
+                native.changed(node)
+        self.version = self.picker.ssn.nodes.version
 
 
 def _predicate_masks(predicates: list, task: Task, job: Job, out: np.ndarray) -> str | None:

@@ -35,7 +35,7 @@ import numpy as np
 
 from kai import _fast
 from kai.actions.common import link_leaf
-from kai.actions.fast_allocate import NodePicker
+from kai.actions.fast_allocate import GROUP_NODES_FROM, NodePicker
 from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
 from kai.actions.solvers.scenario import (
     COUNT_SLACK,
@@ -70,10 +70,6 @@ CHECK_KEY = "solver.replacement_check"
 #: Set to 1 to run the Python loop after the compiled one too and compare (tests).
 VERIFY_ENV = "KAI_VERIFY_REPLACEMENT"
 
-#: From this many pods to place in a simulation, the core groups the nodes by score
-#: inputs per class of pods alike, as the allocate loop does: the same choices, and
-#: cheaper than scoring every node at each pick once the groups are made.
-GROUP_NODES_FROM = 48
 
 #: The check pays where simulations fail: it refuses most of them itself, and a search
 #: that keeps failing lays out scenarios that share their parts and would run the loop

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai.actions.common import allocate_job, allocate_task
+from kai.actions.fast_allocate import AlikePicks
 from kai.actions.solvers.pending import partial_view, simulation_queue
 from kai.actions.solvers.replacement import ReplacementCheck
 from kai.actions.solvers.scenario import COUNT_SLACK, Scenario
@@ -68,11 +69,24 @@ def place_tasks(
     if ssn.is_job_over_capacity(job, tasks):
         return False
     checkpoint = stmt.checkpoint()
+    alike = AlikePicks.for_run(ssn, within, len(tasks))
+    ops = stmt.ops
     for task in tasks:
-        if allocate_task(ssn, stmt, task, job, pipeline_only=True, within=within) is not None:
+        start, version = len(ops), ssn.nodes.version
+        if (
+            allocate_task(ssn, stmt, task, job, pipeline_only=True, within=within, alike=alike)
+            is not None
+        ):
             stmt.rollback(checkpoint)
             return False
+        if alike is not None:
+            alike.placed(_nodes_of(ops[start:]), since=version)
     return True
+
+
+def _nodes_of(ops: list) -> set[int]:
+    """The nodes whose rows statement operations ``ops`` changed (a node of -1 aside)."""
+    return {n for op in ops for n in (op.prev_node, op.task.node)}
 
 
 class _GpuRoom:
@@ -368,5 +382,5 @@ def _re_place(
                 allocate_job(ssn, stmt, job, pipeline_only=True, within=within, record_errors=False)
                 and room.version == version
             ):
-                room.touched({n for op in ops[start:] for n in (op.prev_node, op.task.node)})
+                room.touched(_nodes_of(ops[start:]))
     return placed
