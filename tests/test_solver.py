@@ -886,3 +886,116 @@ def test_accumulations_read_through_the_pop_log_match_popping_the_queue(monkeypa
                     compared += len(popped)
         assert len([k for k in ssn.cache if k[0] == "solver.pop_log"]) > logs_before
     assert compared > 0 and queues_after > 0
+
+
+def _node_local_refusals(monkeypatch, seeds: int) -> tuple[int, int, list]:
+    """Run the reclaim-like searches of the mixed snapshots with NodeLocalGreedy's bound
+    asked at the start of every probe; each probe it refuses is run in full, and none of
+    its scenarios may pass the placement bound.  (refused, allowed, solve outcomes)."""
+    from kai.actions.solvers import job_solver
+    from kai.actions.solvers.budget import ActionBudget
+
+    monkeypatch.setattr(job_solver, "_mostly_read", lambda candidates: True)
+    probe_args: dict = {}
+    original_probe = job_solver.JobSolver._probe
+
+    def probe(self, job, pending, recorded, name, gen, victims, *args, **kw):
+        probe_args.update(job=job, pending=pending, recorded=recorded, gen=gen, victims=victims)
+        return original_probe(self, job, pending, recorded, name, gen, victims, *args, **kw)
+
+    counts = {False: 0, True: 0}
+    original_fit = job_solver.NodeLocalBound.may_fit
+
+    def may_fit(self, bound) -> bool:
+        ok = original_fit(self, bound)
+        if not ok:
+            a = probe_args
+            scenarios = a["gen"](
+                bound.ssn, a["job"], a["pending"], a["recorded"], a["victims"], bound.within
+            )
+            for scenario in scenarios:
+                assert not bound.may_fit(scenario), (a["job"].key, len(a["pending"]))
+        counts[ok] += 1
+        return ok
+
+    monkeypatch.setattr(job_solver.JobSolver, "_probe", probe)
+    monkeypatch.setattr(job_solver.NodeLocalBound, "may_fit", may_fit)
+    outcomes = []
+    for _, ssn, pool, preemptor, _ in _pending_cases(seeds, 4):
+        candidates = pool.candidates(lambda job, p=preemptor: job.queue != p.queue)
+        budget = ActionBudget("reclaim", SearchLimits.for_session(ssn))
+        solver = job_solver.JobSolver(
+            ssn, budget, lambda *_: True, "reclaim", lambda c=candidates: c
+        )
+        result = solver.solve(preemptor)
+        if result.statement is not None:
+            outcomes.append(sorted(op.task.uid for op in result.statement.ops))
+            result.statement.discard()
+        else:
+            outcomes.append(result.reason)
+    return counts[False], counts[True], outcomes
+
+
+def test_node_local_probes_refused_only_where_no_scenario_passes(monkeypatch) -> None:
+    """NodeLocalGreedy's bound on a probe (every scenario evicts the recorded victims and
+    the jobs with a pod on one node) refuses only probes none of whose scenarios pass
+    the placement bound, and the searches decide as they do without it."""
+    from kai.actions.solvers import job_solver
+
+    refused, allowed, bounded = _node_local_refusals(monkeypatch, 12)
+    assert refused > 0 and allowed > 0
+    monkeypatch.setattr(job_solver, "PROBE_BOUNDS", {})
+    assert _node_local_refusals(monkeypatch, 12)[2] == bounded
+
+
+def test_sessions_decide_the_same_with_node_local_probe_bounds(monkeypatch) -> None:
+    """Whole sessions with the bound asked at every probe's start, and without it."""
+    from kai.actions.solvers import job_solver
+    from kai.bench_clusters import NOW, random_cluster
+    from kai.engine import Snapshot, run_session
+
+    actions = ["allocate", "consolidation", "reclaim", "preempt"]
+
+    def sessions() -> list[dict]:
+        out = []
+        for seed in range(0, 30, 3):
+            builder = random_cluster(seed, nodes=6 + seed % 5, jobs=30 + seed)
+            snapshot = Snapshot.from_objects(builder.dicts())
+            result = run_session(snapshot, now=NOW, backend="native", actions=actions)
+            out.append(result.to_json(explain=True))
+        return out
+
+    monkeypatch.setattr(job_solver, "_mostly_read", lambda candidates: True)
+    bounded = sessions()
+    monkeypatch.setattr(job_solver, "PROBE_BOUNDS", {})
+    assert sessions() == bounded
+
+
+@pytest.mark.parametrize(("pods", "passes"), [(2, True), (3, False)])
+def test_node_local_bound_follows_jobs_across_nodes(pods: int, passes: bool) -> None:
+    """A gang with a 4-GPU pod on each of two full nodes (their other pods are the
+    reclaimer's own): NodeLocalGreedy's scenario of either node evicts the whole gang,
+    which frees 4 GPUs on both nodes.  Two 4-GPU pods fit that, three do not, and the
+    bound says so."""
+    from kai.actions.solvers import job_solver
+    from kai.actions.solvers.generators import node_local_greedy
+    from kai.actions.solvers.victims import VictimPool
+    from kai.framework.session import tasks_to_allocate
+
+    jobs = [
+        J("gang", "q0", [T("Running", "n0"), T("Running", "n1")], gpus=4.0),
+        J("own0", "q1", [T("Running", "n0")], gpus=4.0),
+        J("own1", "q1", [T("Running", "n1")], gpus=4.0),
+        J("p", "q1", [T() for _ in range(pods)], gpus=4.0),
+    ]
+    ssn = _session(build({"n0": 8, "n1": 8}, [queue("q0", 0), queue("q1", 32)], jobs))
+    preemptor = next(job for job in ssn.jobs.values() if job.name == "p")
+    pool = VictimPool.for_session(ssn)
+    assert pool is not None
+    candidates = pool.candidates(lambda job: job.queue != preemptor.queue)
+    tasks = tasks_to_allocate(ssn, preemptor)
+    feasible = job_solver.feasible_nodes(ssn, tasks)
+    bound = job_solver._PlacementBound(ssn, tasks, feasible.copy(), [])
+    scenarios = node_local_greedy(ssn, preemptor, tasks, [], candidates, feasible.copy())
+    assert any(bound.may_fit(s) for s in scenarios) == passes
+    assert job_solver.NodeLocalBound(ssn, candidates).may_fit(bound) == passes

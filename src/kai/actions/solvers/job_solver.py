@@ -109,6 +109,8 @@ class JobSolver:
         self.candidates = candidates
         # Generators whose final probe failed from recorded victims (see :meth:`solve`).
         self._afresh: list[tuple[str, Generator]] = []
+        # Per generator, its bound on a probe's scenarios (made once per search).
+        self._bounds: dict[str, NodeLocalBound] = {}
 
     def solve(self, job: Job) -> SolveResult:
         ssn = self.ssn
@@ -146,6 +148,7 @@ class JobSolver:
                 check.account(False)
             return SolveResult(False, GENERATORS_EXHAUSTED, scenarios=job_budget.scenarios)
         self._afresh = []
+        self._bounds = {}
         for name, gen in generators:
             result = self._search(job, tasks, name, gen, victims, feasible, failed, job_budget)
             if result.reason in STOP_REASONS:
@@ -291,6 +294,14 @@ class JobSolver:
         assert got.scenario is not None
         return set(flatten(used)) == set(got.scenario.victim_tasks())
 
+    def _probe_bound(self, name: str, victims: list[Job] | VictimCandidates) -> NodeLocalBound:
+        """Generator ``name``'s bound on its scenarios (PROBE_BOUNDS), made once per
+        search."""
+        made = self._bounds.get(name)
+        if made is None:
+            made = self._bounds[name] = PROBE_BOUNDS[name](self.ssn, victims)
+        return made
+
     def _probe(
         self,
         job: Job,
@@ -317,6 +328,15 @@ class JobSolver:
         )
         pending_ids = pending_key(pending)
         check = ReplacementCheck.for_session(ssn) if bound.every_victim else None
+        # Whether any scenario the generator may give passes the bound (see
+        # PROBE_BOUNDS): only where the scenarios are not counted against a cap
+        # (skipping them then changes nothing but time).
+        whole = name in PROBE_BOUNDS and not self.budget.limits.max_scenarios
+        if whole and _mostly_read(victims):
+            if not self._probe_bound(name, victims).may_fit(bound):
+                return _Probe(None, GENERATORS_EXHAUSTED)
+            whole = False
+        refused = 0
         for scenario in gen(ssn, job, pending, recorded, victims, within):
             if job_budget.exhausted():
                 return _Probe(None, DEADLINE_EXHAUSTED)
@@ -328,7 +348,13 @@ class JobSolver:
             job_budget.scenarios += 1
             if not bound.may_fit(scenario):
                 failed.add(key)  # the simulation could not place the pending tasks
+                refused += 1
+                if whole and refused == REFUSALS_BEFORE_PROBE_BOUND:
+                    if not self._probe_bound(name, victims).may_fit(bound):
+                        return _Probe(None, GENERATORS_EXHAUSTED)
+                    whole = False
                 continue
+            refused = 0
             if not bound.victims_may_fit(scenario):
                 # Nor every victim again: the simulation would fail, and is told to the
                 # compiled re-placement's credit as a failure (see CREDIT_START).
@@ -345,6 +371,16 @@ class JobSolver:
                 sim.statement.discard()
             return _Probe(sim, SOLVED, scenario)
         return _Probe(None, GENERATORS_EXHAUSTED)
+
+
+def _mostly_read(candidates: list[Job] | VictimCandidates) -> bool:
+    """Whether the search has asked its filters about at least half its candidates, and
+    about many (``PROBE_BOUND_READ``): making the bound reads them all, which then costs
+    at most as much again, and each probe's check is worth making."""
+    if not isinstance(candidates, VictimCandidates):
+        return False  # a short list: after the refusals only
+    read = len(candidates.memo)
+    return read >= PROBE_BOUND_READ and 2 * read >= candidates.pool_size()
 
 
 class _PlacementBound:
@@ -445,6 +481,91 @@ class _PlacementBound:
         if slots is None:
             slots = self._base_slots[size] = gpu_slots(self.base[self.within], size)
         return slots
+
+
+class NodeLocalBound:
+    """Whether some scenario NodeLocalGreedy may give a probe passes the probe's
+    :meth:`_PlacementBound.may_fit`: False only when none can.
+
+    Each of its scenarios evicts the recorded victims and the batches of the candidate
+    jobs that have a batch on one node X.  Those batches free no more GPUs on any node
+    than every candidate pod there, and touch no node but those of the candidate jobs
+    with a pod on X.  Freeing more GPUs, or bringing one more node into the simulation,
+    never takes a slot away: so if, for every node X, even evicting every candidate pod
+    on those nodes (the recorded ones counted again, which only adds) leaves too few
+    slots of some size, no scenario passes.  (The slots added are counted with twice
+    the bound's slack: these sums are made in another order than the bound's.)
+
+    Made once per search from its candidates; each probe then checks every node X at
+    once on arrays.
+    """
+
+    def __init__(self, ssn: Session, candidates: Iterable[Job]) -> None:
+        at: list[int] = []  # every candidate pod's node, and the GPUs it frees
+        gpus: list[float] = []
+        spread: dict[int, set[int]] = {}  # X -> the nodes of the jobs on several nodes
+        whole: dict[int, float] = {}  # a request vector's GPUs (by id: vectors are shared)
+        for job in candidates:
+            first, several = -1, False
+            for task in job.tasks:
+                node = task.node
+                if node < 0:
+                    continue
+                if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+                    freed = gpu_freed(ssn, task)
+                else:  # gpu_freed of a whole-GPU pod
+                    request = task.request
+                    freed = whole.get(id(request), -1.0)
+                    if freed < 0:
+                        freed = whole[id(request)] = float(request[GPU])
+                at.append(node)
+                gpus.append(freed)
+                if first < 0:
+                    first = node
+                elif node != first:
+                    several = True
+            if several:
+                nodes = {t.node for t in job.tasks if t.node >= 0}
+                for node in nodes:
+                    spread.setdefault(node, set()).update(nodes)
+        self.freed = np.zeros(len(ssn.nodes))
+        np.add.at(self.freed, np.asarray(at, dtype=np.intp), np.asarray(gpus, dtype=np.float64))
+        xs = np.unique(np.asarray(at, dtype=np.intp))
+        if not spread:
+            self.starts, self.nodes = np.arange(len(xs), dtype=np.intp), xs
+            return
+        groups = [[x, *(spread.get(x, set()) - {x})] for x in xs.tolist()]
+        self.starts = np.cumsum([0, *(len(g) for g in groups[:-1])], dtype=np.intp)
+        self.nodes = np.fromiter((n for g in groups for n in g), dtype=np.intp)
+
+    def may_fit(self, bound: _PlacementBound) -> bool:
+        if not bound.requests:
+            return True  # the placement bound passes every scenario
+        capacity, inside = bound._capacity(bound.recorded)
+        alive = np.ones(len(self.starts), dtype=np.bool_)
+        for v, need in bound.needs:
+            slots = gpu_slots(capacity[inside], v)
+            if not len(self.nodes):
+                if slots < need:  # only the recorded victims' scenario
+                    return False
+                continue
+            gained = np.floor((capacity + self.freed + 2 * COUNT_SLACK) / v)
+            gained[inside] -= np.floor((capacity[inside] + COUNT_SLACK) / v)
+            alive &= slots + np.add.reduceat(gained[self.nodes], self.starts) >= need
+            if not alive.any():
+                return False
+        return True
+
+
+#: Per generator, a bound on every scenario it may still give a probe (made per
+#: search from the candidates; ``may_fit(bound)``: False when none passes the probe's
+#: ``_PlacementBound.may_fit``).  A probe it refuses ends as it would have once the
+#: generator ran dry.  It is asked at the start of a probe once the search has read
+#: most of its many candidates (making it reads them all: see _mostly_read), else
+#: after ``REFUSALS_BEFORE_PROBE_BOUND`` scenarios in a row failed the placement bound.
+PROBE_BOUNDS: dict[str, type[NodeLocalBound]] = {"NodeLocalGreedy": NodeLocalBound}
+REFUSALS_BEFORE_PROBE_BOUND = 64
+PROBE_BOUND_READ = 1024
 
 
 def victims_may_ever_fit(

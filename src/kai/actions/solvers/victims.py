@@ -113,6 +113,10 @@ class VictimPool(LeafPool):
             self._names[name] = None
         return entries
 
+    def leaf_size(self, name: str) -> int:
+        """How many jobs leaf ``name`` holds (read or not)."""
+        return len(self.leaves.get(name) or self._unread.get(name) or ())
+
     def leaf_names(self) -> list[str]:
         """The leaves holding a job, in the order they first did."""
         leaves, unread = self.leaves, self._unread
@@ -221,6 +225,10 @@ class VictimCandidates:
         if accepted is None:
             accepted = self.accepted[id(entries)] = _Accepted(entries)
         return accepted
+
+    def pool_size(self) -> int:
+        """How many pool jobs the candidates are drawn from (accepted or not)."""
+        return sum(self.pool.leaf_size(name) for name in self.leaves)
 
     def accepts(self, job: Job) -> bool:
         ok = self.memo.get(job)
