@@ -922,7 +922,10 @@ def _node_local_refusals(monkeypatch, seeds: int) -> tuple[int, int, list]:
     monkeypatch.setattr(job_solver.NodeLocalBound, "may_fit", may_fit)
     outcomes = []
     for _, ssn, pool, preemptor, _ in _pending_cases(seeds, 4):
-        candidates = pool.candidates(lambda job, p=preemptor: job.queue != p.queue)
+        candidates = pool.candidates(
+            lambda job, p=preemptor: job.queue != p.queue,
+            lambda leaf, p=preemptor: leaf != p.queue,
+        )
         budget = ActionBudget("reclaim", SearchLimits.for_session(ssn))
         solver = job_solver.JobSolver(
             ssn, budget, lambda *_: True, "reclaim", lambda c=candidates: c
@@ -992,10 +995,29 @@ def test_node_local_bound_follows_jobs_across_nodes(pods: int, passes: bool) -> 
     preemptor = next(job for job in ssn.jobs.values() if job.name == "p")
     pool = VictimPool.for_session(ssn)
     assert pool is not None
-    candidates = pool.candidates(lambda job: job.queue != preemptor.queue)
+    # As reclaim reads them: the reclaimer's own leaf left out whole.
+    candidates = pool.candidates(
+        lambda job: job.queue != preemptor.queue, lambda leaf: leaf != preemptor.queue
+    )
     tasks = tasks_to_allocate(ssn, preemptor)
     feasible = job_solver.feasible_nodes(ssn, tasks)
     bound = job_solver._PlacementBound(ssn, tasks, feasible.copy(), [])
     scenarios = node_local_greedy(ssn, preemptor, tasks, [], candidates, feasible.copy())
     assert any(bound.may_fit(s) for s in scenarios) == passes
     assert job_solver.NodeLocalBound(ssn, candidates).may_fit(bound) == passes
+
+
+def test_victim_pool_forgets_what_was_derived_from_a_changed_leaf() -> None:
+    """What a search derives from a leaf's jobs (NodeLocalBound's NodePods) is kept
+    until a job of that leaf changes, and no longer; other leaves keep theirs."""
+    rng = np.random.default_rng(2)
+    ssn, pool, _ = _victim_case(_mixed_snapshot(2, rng))
+    names = pool.candidates(lambda job: True).leaves
+    assert len(names) >= 2
+    first = {name: pool.leaf_derived(name, "k", object) for name in names}
+    assert all(pool.leaf_derived(name, "k", object) is first[name] for name in names)
+    changed = names[0]
+    pool.update([pool.leaf_jobs(changed)[0]])
+    pool.candidates(lambda job: True)  # a search reads the update
+    assert pool.leaf_derived(changed, "k", object) is not first[changed]
+    assert all(pool.leaf_derived(name, "k", object) is first[name] for name in names[1:])

@@ -374,13 +374,10 @@ class JobSolver:
 
 
 def _mostly_read(candidates: list[Job] | VictimCandidates) -> bool:
-    """Whether the search has asked its filters about at least half its candidates, and
-    about many (``PROBE_BOUND_READ``): making the bound reads them all, which then costs
-    at most as much again, and each probe's check is worth making."""
-    if not isinstance(candidates, VictimCandidates):
-        return False  # a short list: after the refusals only
-    read = len(candidates.memo)
-    return read >= PROBE_BOUND_READ and 2 * read >= candidates.pool_size()
+    """Whether the search has read many of its candidates (``PROBE_BOUND_READ``): its
+    probes accumulate long, and each is worth checking first.  (A list the caller made
+    is short: its probes are checked after the refusals only.)"""
+    return isinstance(candidates, VictimCandidates) and len(candidates.memo) >= PROBE_BOUND_READ
 
 
 class _PlacementBound:
@@ -483,43 +480,29 @@ class _PlacementBound:
         return slots
 
 
-class NodeLocalBound:
-    """Whether some scenario NodeLocalGreedy may give a probe passes the probe's
-    :meth:`_PlacementBound.may_fit`: False only when none can.
+@dataclass
+class NodePods:
+    """Where some jobs' pods are: per node, the GPUs evicting all of them would free
+    (``freed``) and whether one is there (``held``); per node, the other nodes of the
+    jobs on several nodes with a pod there (``spread``)."""
 
-    Each of its scenarios evicts the recorded victims and the batches of the candidate
-    jobs that have a batch on one node X.  Those batches free no more GPUs on any node
-    than every candidate pod there, and touch no node but those of the candidate jobs
-    with a pod on X.  Freeing more GPUs, or bringing one more node into the simulation,
-    never takes a slot away: so if, for every node X, even evicting every candidate pod
-    on those nodes (the recorded ones counted again, which only adds) leaves too few
-    slots of some size, no scenario passes.  (The slots added are counted with twice
-    the bound's slack: these sums are made in another order than the bound's.)
+    freed: np.ndarray
+    held: np.ndarray
+    spread: dict[int, set[int]]
 
-    Made once per search from its candidates; each probe then checks every node X at
-    once on arrays.
-    """
-
-    def __init__(self, ssn: Session, candidates: Iterable[Job]) -> None:
-        at: list[int] = []  # every candidate pod's node, and the GPUs it frees
+    @classmethod
+    def of(cls, ssn: Session, jobs: Iterable[Job]) -> NodePods:
+        at: list[int] = []  # every pod's node, and the GPUs it frees
         gpus: list[float] = []
-        spread: dict[int, set[int]] = {}  # X -> the nodes of the jobs on several nodes
-        whole: dict[int, float] = {}  # a request vector's GPUs (by id: vectors are shared)
-        for job in candidates:
+        spread: dict[int, set[int]] = {}
+        for job in jobs:
             first, several = -1, False
             for task in job.tasks:
                 node = task.node
                 if node < 0:
                     continue
-                if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
-                    freed = gpu_freed(ssn, task)
-                else:  # gpu_freed of a whole-GPU pod
-                    request = task.request
-                    freed = whole.get(id(request), -1.0)
-                    if freed < 0:
-                        freed = whole[id(request)] = float(request[GPU])
                 at.append(node)
-                gpus.append(freed)
+                gpus.append(gpu_freed(ssn, task))
                 if first < 0:
                     first = node
                 elif node != first:
@@ -528,9 +511,57 @@ class NodeLocalBound:
                 nodes = {t.node for t in job.tasks if t.node >= 0}
                 for node in nodes:
                     spread.setdefault(node, set()).update(nodes)
-        self.freed = np.zeros(len(ssn.nodes))
-        np.add.at(self.freed, np.asarray(at, dtype=np.intp), np.asarray(gpus, dtype=np.float64))
-        xs = np.unique(np.asarray(at, dtype=np.intp))
+        index = np.asarray(at, dtype=np.intp)
+        freed = np.zeros(len(ssn.nodes))
+        np.add.at(freed, index, np.asarray(gpus, dtype=np.float64))
+        held = np.zeros(len(ssn.nodes), dtype=np.bool_)
+        held[index] = True
+        return cls(freed, held, spread)
+
+
+#: Where a victim pool keeps each leaf's NodePods (VictimPool.leaf_derived).
+NODE_PODS_KEY = "solver.node_pods"
+
+
+class NodeLocalBound:
+    """Whether some scenario NodeLocalGreedy may give a probe passes the probe's
+    :meth:`_PlacementBound.may_fit`: False only when none can.
+
+    Each of its scenarios evicts the recorded victims and the batches of the candidate
+    jobs that have a batch on one node X.  Those batches free no more GPUs on any node
+    than all the pods there of the jobs the candidates are drawn from, and touch no
+    node but those of the jobs with a pod on X.  Freeing more GPUs, or bringing one
+    more node into the simulation, never takes a slot away: so if, for every node X,
+    even evicting all those pods (the recorded ones counted again, which only adds)
+    leaves too few slots of some size, no scenario passes.  (The slots added are
+    counted with twice the bound's slack: these sums are made in another order than
+    the bound's.)
+
+    A victim pool's candidates are bounded by every job of their leaves, whose
+    :class:`NodePods` the pool keeps per leaf until one of its jobs changes; a list's
+    by its jobs.  Each probe then checks every node X at once on arrays.
+    """
+
+    def __init__(self, ssn: Session, candidates: list[Job] | VictimCandidates) -> None:
+        if isinstance(candidates, VictimCandidates):
+            pool = candidates.pool
+            parts = [
+                pool.leaf_derived(
+                    name, NODE_PODS_KEY, lambda name=name: NodePods.of(ssn, pool.leaf_jobs(name))
+                )
+                for name in candidates.leaves
+            ]
+        else:
+            parts = [NodePods.of(ssn, candidates)]
+        n = len(ssn.nodes)
+        self.freed = sum((part.freed for part in parts), np.zeros(n))
+        held = np.zeros(n, dtype=np.bool_)
+        spread: dict[int, set[int]] = {}
+        for part in parts:
+            held |= part.held
+            for node, nodes in part.spread.items():
+                spread.setdefault(node, set()).update(nodes)
+        xs = np.flatnonzero(held)
         if not spread:
             self.starts, self.nodes = np.arange(len(xs), dtype=np.intp), xs
             return
@@ -561,8 +592,8 @@ class NodeLocalBound:
 #: search from the candidates; ``may_fit(bound)``: False when none passes the probe's
 #: ``_PlacementBound.may_fit``).  A probe it refuses ends as it would have once the
 #: generator ran dry.  It is asked at the start of a probe once the search has read
-#: most of its many candidates (making it reads them all: see _mostly_read), else
-#: after ``REFUSALS_BEFORE_PROBE_BOUND`` scenarios in a row failed the placement bound.
+#: many of its candidates (see _mostly_read), else after
+#: ``REFUSALS_BEFORE_PROBE_BOUND`` scenarios in a row failed the placement bound.
 PROBE_BOUNDS: dict[str, type[NodeLocalBound]] = {"NodeLocalGreedy": NodeLocalBound}
 REFUSALS_BEFORE_PROBE_BOUND = 64
 PROBE_BOUND_READ = 1024

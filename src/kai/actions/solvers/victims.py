@@ -27,7 +27,7 @@ import weakref
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +38,8 @@ from kai.framework.session import Session
 
 if TYPE_CHECKING:
     from kai.actions.solvers.scenario import AccumulatedState, Eviction
+
+_T = TypeVar("_T")
 
 
 def potential_victim(ssn: Session, job: Job) -> bool:
@@ -74,6 +76,8 @@ class VictimPool(LeafPool):
         self._names: dict[str, None] = {}
         # Per leaf, how many of its jobs have each priority (its lowest is the least key).
         self._priorities: dict[str, dict[int, int]] = {}
+        # Per leaf and key, what a search derived from the leaf's jobs (leaf_derived).
+        self._derived: dict[tuple[str, str], Any] = {}
         self._stale: list[Iterable[Job]] = []  # jobs to re-key before the next read
         for job in ssn.jobs.values():
             if self.member(job):
@@ -113,9 +117,20 @@ class VictimPool(LeafPool):
             self._names[name] = None
         return entries
 
-    def leaf_size(self, name: str) -> int:
-        """How many jobs leaf ``name`` holds (read or not)."""
-        return len(self.leaves.get(name) or self._unread.get(name) or ())
+    def leaf_jobs(self, name: str) -> list[Job]:
+        """The jobs of leaf ``name`` (read or not), in no particular order."""
+        entries = self.leaves.get(name)
+        if entries is not None:
+            return [job for _, _, job in entries]
+        return list(self._unread.get(name, ()))
+
+    def leaf_derived(self, name: str, key: str, make: Callable[[], _T]) -> _T:
+        """``make()``, derived from the jobs of leaf ``name`` and their pods alone: kept
+        until a job of the leaf changes (:meth:`update`)."""
+        found = self._derived.get((name, key))
+        if found is None:
+            found = self._derived[name, key] = make()
+        return found
 
     def leaf_names(self) -> list[str]:
         """The leaves holding a job, in the order they first did."""
@@ -145,6 +160,8 @@ class VictimPool(LeafPool):
         new: dict[str, list[tuple[Any, int, Job]]] = {}
         for job in stale:
             leaf = job.queue or ""
+            for key in [k for k in self._derived if k[0] == leaf]:
+                del self._derived[key]
             unread = self._unread.get(leaf)
             if unread is not None:  # a leaf not read yet: its jobs wait unkeyed
                 if unread.pop(job, None) is not None:
@@ -225,10 +242,6 @@ class VictimCandidates:
         if accepted is None:
             accepted = self.accepted[id(entries)] = _Accepted(entries)
         return accepted
-
-    def pool_size(self) -> int:
-        """How many pool jobs the candidates are drawn from (accepted or not)."""
-        return sum(self.pool.leaf_size(name) for name in self.leaves)
 
     def accepts(self, job: Job) -> bool:
         ok = self.memo.get(job)
