@@ -585,10 +585,16 @@ class ProportionPlugin(Plugin):
     def request_of(self, tasks: list[Task], *, conservative: bool = False) -> np.ndarray:
         """Summed [cpu, memory, gpu] of tasks not yet placed."""
         mem = self.max_gpu_memory if conservative else self.min_gpu_memory
-        out = np.zeros(len(QUEUE_RESOURCES))
+        # Summed in Python floats: the same additions, in the same order, as adding each
+        # task's vector to an array of zeros (a large gang's request is read often).
+        cpu = memory = gpu = 0.0
+        ssn = self.ssn
         for task in tasks:
-            out += queue_vector(self.ssn, task, for_request=True, min_gpu_memory=mem)
-        return out
+            c, m, g = queue_charge(ssn, task, for_request=True, min_gpu_memory=mem)
+            cpu += c
+            memory += m
+            gpu += g
+        return np.array([cpu, memory, gpu])
 
     # ------------------------------------------------------------ queue order
     # The comparison works on the three resources as Python floats: the same IEEE
