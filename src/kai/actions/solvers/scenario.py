@@ -580,10 +580,12 @@ class AccumulatedState:
             return None
         keep = np.arange(start, end)
         if recorded:  # a simple step's task is recorded: the step is dropped
-            gots = steps.gots
-            dropped = np.fromiter(
-                (gots[k][0][0] in recorded for k in range(start, end)), np.bool_, end - start
-            )
+            simple_at = steps.simple_at
+            at = [simple_at.get(task, -1) for task in recorded]
+            dropped = np.zeros(end - start, dtype=np.bool_)
+            hits = np.asarray(at, dtype=np.intp)
+            hits = hits[(hits >= start) & (hits < end)]
+            dropped[hits - start] = True
             keep = keep[~dropped]
         if not keep.size:
             return False, positions[end - 1] - 1
@@ -621,9 +623,9 @@ class AccumulatedState:
             fit.add_available(nodes, rows)
         # Batches and their bookkeeping.
         index = len(self.batches)
-        gots = [steps.gots[k] for k in keep.tolist()]
-        self.batches.extend([got[2] for got in gots])
-        self.touched.extend([got[3].items[0][0] for got in gots])
+        batches = steps.batches
+        self.batches.extend([batches[k] for k in keep.tolist()])
+        self.touched.extend(nodes.tolist())  # a simple step's one node
         distinct, at = np.unique(nodes, return_index=True)
         seen = self._seen
         fresh = [n for n in distinct[np.argsort(at)].tolist() if n not in seen]

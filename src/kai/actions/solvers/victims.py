@@ -37,7 +37,7 @@ from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
 
 if TYPE_CHECKING:
-    from kai.actions.solvers.scenario import AccumulatedState, Eviction
+    from kai.actions.solvers.scenario import AccumulatedState, Eviction, VictimBatch
 
 _T = TypeVar("_T")
 
@@ -265,7 +265,8 @@ class _LeafSteps:
 
     Steps that evict a one-pod job whole (one task on a node, whole GPUs freed) are
     *simple*: their node, GPUs freed and resource row are also kept, as arrays once
-    long runs of them are added at once (:meth:`AccumulatedState.add_steps`).
+    long runs of them are added at once (:meth:`AccumulatedState.add_steps`), and
+    their pod is indexed to its step.
     """
 
     __slots__ = (
@@ -275,6 +276,8 @@ class _LeafSteps:
         "positions",
         "neg",
         "gots",
+        "batches",
+        "simple_at",
         "_simple",
         "_arrays",
     )
@@ -290,6 +293,8 @@ class _LeafSteps:
         self.positions: list[int] = []  # descending
         self.neg: list[int] = []  # the same, negated (ascending, for bisect)
         self.gots: list[Eviction] = []
+        self.batches: list[VictimBatch | None] = []  # per step, its batch (gots' third)
+        self.simple_at: dict[Task, int] = {}  # a simple step's pod -> the step
         self._simple: list[bool] = []  # per step, whether it is simple
         # Per step: simple, and the node, GPUs freed and resource row of a simple one.
         self._arrays = _StepArrays(width)
@@ -333,14 +338,18 @@ class _LeafSteps:
         self.positions.append(pos)
         self.neg.append(-pos)
         self.gots.append(got)
-        _, more, _, prepared = got
-        self._simple.append(
+        tasks, more, batch, prepared = got
+        self.batches.append(batch)
+        simple = (
             prepared is not None
             and not more
             and len(prepared.items) == 1
             and len(job.tasks) == 1
             and prepared.sums[0][2]  # whole GPUs
         )
+        self._simple.append(simple)
+        if simple:
+            self.simple_at[tasks[0]] = len(self.gots) - 1
 
 
 class _StepArrays:
