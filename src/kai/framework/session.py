@@ -222,6 +222,7 @@ class Session:
         self.nodes = state.nodes
         self.jobs = state.jobs
         self.queues: dict[str, QueueInfo] = state.queues
+        self._version_paths: dict[str | None, tuple[str, ...]] = {}  # _versioned_queues
         self.decisions: list[Decision] = []
         self.plugins: list[Plugin] = []
         self.current_action: str = ""
@@ -840,16 +841,20 @@ class Session:
         self.queue_versions[name] += count
         self.queue_epoch += 1
 
-    def _versioned_queues(self, task: Task) -> Iterator[str]:
-        """``task``'s queue and its ancestors: the queues whose versions its events bump."""
+    def _versioned_queues(self, task: Task) -> tuple[str, ...]:
+        """``task``'s queue and its ancestors: the queues whose versions its events bump
+        (per leaf, made once: a session's queue tree does not change)."""
         job = task.job
-        name = job.queue if job is not None else None
-        queues = self.queues
-        depth = 0
-        while name is not None and name in queues and depth < 64:
-            yield name
-            name = queues[name].parent
-            depth += 1
+        leaf = job.queue if job is not None else None
+        path = self._version_paths.get(leaf)
+        if path is None:
+            names: list[str] = []
+            name, queues = leaf, self.queues
+            while name is not None and name in queues and len(names) < 64:
+                names.append(name)
+                name = queues[name].parent
+            path = self._version_paths[leaf] = tuple(names)
+        return path
 
     @contextmanager
     def set_back_queue_versions(self, tasks: Iterable[Task]) -> Iterator[None]:
