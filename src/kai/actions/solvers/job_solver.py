@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -545,10 +546,12 @@ class NodeLocalBound:
     def __init__(self, ssn: Session, candidates: list[Job] | VictimCandidates) -> None:
         if isinstance(candidates, VictimCandidates):
             pool = candidates.pool
+
+            def pods_of(name: str) -> NodePods:
+                return NodePods.of(ssn, pool.leaf_jobs(name))
+
             parts = [
-                pool.leaf_derived(
-                    name, NODE_PODS_KEY, lambda name=name: NodePods.of(ssn, pool.leaf_jobs(name))
-                )
+                pool.leaf_derived(name, NODE_PODS_KEY, partial(pods_of, name))
                 for name in candidates.leaves
             ]
         else:

@@ -581,11 +581,10 @@ class AccumulatedState:
         keep = np.arange(start, end)
         if recorded:  # a simple step's task is recorded: the step is dropped
             simple_at = steps.simple_at
-            at = [simple_at.get(task, -1) for task in recorded]
+            recorded_at = np.asarray([simple_at.get(task, -1) for task in recorded], dtype=np.intp)
+            recorded_at = recorded_at[(recorded_at >= start) & (recorded_at < end)]
             dropped = np.zeros(end - start, dtype=np.bool_)
-            hits = np.asarray(at, dtype=np.intp)
-            hits = hits[(hits >= start) & (hits < end)]
-            dropped[hits - start] = True
+            dropped[recorded_at - start] = True
             keep = keep[~dropped]
         if not keep.size:
             return False, positions[end - 1] - 1
