@@ -315,7 +315,7 @@ class AlikePicks:
     def for_run(cls, ssn: Session, within: np.ndarray | None, pods: int) -> AlikePicks | None:
         """The picks of a run of ``pods`` placements on ``within``; None where grouping
         does not pay (fewer than ``GROUP_NODES_FROM``) or there is no compiled picker."""
-        if pods < GROUP_NODES_FROM or within is None:
+        if pods < GROUP_NODES_FROM or within is None or not len(within):
             return None
         picker = NodePicker.for_session(ssn)
         return cls(picker, within) if picker is not None else None
