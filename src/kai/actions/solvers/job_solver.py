@@ -41,6 +41,7 @@ from kai.actions.solvers.scenario import (
     gpu_slots,
     gpu_slots_suffice,
     node_gpu_capacity,
+    node_gpu_slots,
     pending_key,
 )
 from kai.actions.solvers.simulate import Simulation, Validator, every_victim_placed, simulate
@@ -332,11 +333,11 @@ class JobSolver:
         # Whether any scenario the generator may give passes the bound (see
         # PROBE_BOUNDS): only where the scenarios are not counted against a cap
         # (skipping them then changes nothing but time).
-        whole = name in PROBE_BOUNDS and not self.budget.limits.max_scenarios
-        if whole and _mostly_read(victims):
+        ask_bound = name in PROBE_BOUNDS and not self.budget.limits.max_scenarios
+        if ask_bound and _mostly_read(victims):
             if not self._probe_bound(name, victims).may_fit(bound):
                 return _Probe(None, GENERATORS_EXHAUSTED)
-            whole = False
+            ask_bound = False
         refused = 0
         for scenario in gen(ssn, job, pending, recorded, victims, within):
             if job_budget.exhausted():
@@ -350,10 +351,10 @@ class JobSolver:
             if not bound.may_fit(scenario):
                 failed.add(key)  # the simulation could not place the pending tasks
                 refused += 1
-                if whole and refused == REFUSALS_BEFORE_PROBE_BOUND:
+                if ask_bound and refused == REFUSALS_BEFORE_PROBE_BOUND:
                     if not self._probe_bound(name, victims).may_fit(bound):
                         return _Probe(None, GENERATORS_EXHAUSTED)
-                    whole = False
+                    ask_bound = False
                 continue
             refused = 0
             if not bound.victims_may_fit(scenario):
@@ -583,8 +584,8 @@ class NodeLocalBound:
                 if slots < need:  # only the recorded victims' scenario
                     return False
                 continue
-            gained = np.floor((capacity + self.freed + 2 * COUNT_SLACK) / v)
-            gained[inside] -= np.floor((capacity[inside] + COUNT_SLACK) / v)
+            gained = node_gpu_slots(capacity + self.freed, v, 2 * COUNT_SLACK)
+            gained[inside] -= node_gpu_slots(capacity[inside], v)
             alive &= slots + np.add.reduceat(gained[self.nodes], self.starts) >= need
             if not alive.any():
                 return False

@@ -144,9 +144,16 @@ def gpu_slot_needs(requests: list[float]) -> list[tuple[float, int]]:
     return [(v, sum(1 for r in requests if r >= v)) for v in sorted(set(requests), reverse=True)]
 
 
+def node_gpu_slots(capacity: np.ndarray, size: float, slack: float = COUNT_SLACK) -> np.ndarray:
+    """Per node of ``capacity`` GPUs, how many pods of ``size`` GPUs or more it can hold
+    at most (``slack``: the counting bounds' slack, or more for sums made in another
+    order)."""
+    return np.floor((capacity + slack) / size)
+
+
 def gpu_slots(capacity: np.ndarray, size: float) -> int:
     """How many pods of ``size`` GPUs or more nodes of ``capacity`` GPUs can hold at most."""
-    return int(np.floor((capacity + COUNT_SLACK) / size).sum())
+    return int(node_gpu_slots(capacity, size).sum())
 
 
 def gpu_slots_suffice(
