@@ -76,8 +76,8 @@ class VictimPool(LeafPool):
         self._names: dict[str, None] = {}
         # Per leaf, how many of its jobs have each priority (its lowest is the least key).
         self._priorities: dict[str, dict[int, int]] = {}
-        # Per leaf and key, what a search derived from the leaf's jobs (leaf_derived).
-        self._derived: dict[tuple[str, str], Any] = {}
+        # Per leaf, what searches derived from its jobs, by key (leaf_derived).
+        self._derived: dict[str, dict[str, Any]] = {}
         self._stale: list[Iterable[Job]] = []  # jobs to re-key before the next read
         for job in ssn.jobs.values():
             if self.member(job):
@@ -127,9 +127,10 @@ class VictimPool(LeafPool):
     def leaf_derived(self, name: str, key: str, make: Callable[[], _T]) -> _T:
         """``make()``, derived from the jobs of leaf ``name`` and their pods alone: kept
         until a job of the leaf changes (:meth:`update`)."""
-        found = self._derived.get((name, key))
+        derived = self._derived.setdefault(name, {})
+        found = derived.get(key)
         if found is None:
-            found = self._derived[name, key] = make()
+            found = derived[key] = make()
         return found
 
     def leaf_names(self) -> list[str]:
@@ -160,8 +161,7 @@ class VictimPool(LeafPool):
         new: dict[str, list[tuple[Any, int, Job]]] = {}
         for job in stale:
             leaf = job.queue or ""
-            for key in [k for k in self._derived if k[0] == leaf]:
-                del self._derived[key]
+            self._derived.pop(leaf, None)
             unread = self._unread.get(leaf)
             if unread is not None:  # a leaf not read yet: its jobs wait unkeyed
                 if unread.pop(job, None) is not None:
