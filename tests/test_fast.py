@@ -48,6 +48,10 @@ def test_ci_builds_every_compiled_module() -> None:
         pytest.skip("only CI must have every module built")
     assert len(COMPILED) == len(_fast.NAMES), f"kai._fast built: {sorted(COMPILED)}"
     import kai._native  # noqa: F401 - fails under CI when the C++ core is missing
+    from kai.backends import get_backend
+
+    # The node picker's tests (test_fast_allocate_shared, test_alike_picks) skip without it.
+    assert get_backend("native").node_picker is not None
 
 
 FULL = ["allocate", "consolidation", "reclaim", "preempt", "stalegangeviction"]
