@@ -583,7 +583,7 @@ def test_a_victim_queue_reusing_comparisons_pops_as_one_that_does_not() -> None:
     import random
 
     from kai.actions.common import JobQueue
-    from kai.actions.solvers.scenario import job_view
+    from kai.actions.solvers.batches import job_view
     from kai.bench_clusters import random_cluster
     from kai.framework.statement import Statement
     from tests.factory import counted_queue_comparisons
@@ -637,7 +637,7 @@ def test_a_victim_queue_compares_again_after_a_queue_changes() -> None:
     in queue b changes how a and b compare, and the victim queue sees it (a comparison
     kept from before the eviction would put b first)."""
     from kai.actions.common import JobQueue
-    from kai.actions.solvers.scenario import job_view
+    from kai.actions.solvers.batches import job_view
     from kai.framework.statement import Statement
     from tests.factory import pod
 

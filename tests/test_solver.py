@@ -69,7 +69,7 @@ def _session(snap):
 
 
 def test_tasks_to_evict_peels_elastic_then_core() -> None:
-    from kai.actions.solvers.scenario import job_view, tasks_to_evict
+    from kai.actions.solvers.batches import job_view, tasks_to_evict
 
     snap = build(
         {"n0": 4},
@@ -92,7 +92,7 @@ def test_tasks_to_evict_peels_elastic_then_core() -> None:
 
 
 def test_semi_preemptible_core_is_never_a_victim() -> None:
-    from kai.actions.solvers.scenario import job_view, tasks_to_evict
+    from kai.actions.solvers.batches import job_view, tasks_to_evict
 
     snap = build(
         {"n0": 4},
@@ -116,7 +116,8 @@ def test_semi_preemptible_core_is_never_a_victim() -> None:
 
 
 def test_failed_scenario_leaves_nothing_behind() -> None:
-    from kai.actions.solvers.scenario import Scenario, VictimBatch
+    from kai.actions.solvers.batches import VictimBatch
+    from kai.actions.solvers.scenario import Scenario
     from kai.actions.solvers.simulate import simulate
 
     snap = build(

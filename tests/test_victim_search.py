@@ -118,8 +118,9 @@ def test_prechecks_never_reject_what_the_simulation_places(seed: int) -> None:
     clusters with shared devices, accept every scenario the exact simulation solves."""
     import numpy as np
 
+    from kai.actions.solvers.batches import VictimBatch
     from kai.actions.solvers.job_solver import _PlacementBound, feasible_nodes
-    from kai.actions.solvers.scenario import AccumulatedState, Scenario, VictimBatch
+    from kai.actions.solvers.scenario import AccumulatedState, Scenario
     from kai.actions.solvers.simulate import simulate
     from kai.api.model import ACTIVE_ALLOCATED
     from kai.framework.session import tasks_to_allocate

@@ -13,10 +13,11 @@ time budgets keep one job from eating the cycle.
 Public entry point: :class:`JobSolver`.
 """
 
+from kai.actions.solvers.batches import VictimBatch, tasks_to_evict
 from kai.actions.solvers.budget import ActionBudget, SearchLimits
 from kai.actions.solvers.generators import GENERATORS, register_generator
 from kai.actions.solvers.job_solver import JobSolver, SolveResult
-from kai.actions.solvers.scenario import Scenario, VictimBatch, tasks_to_evict
+from kai.actions.solvers.scenario import Scenario
 
 __all__ = [
     "GENERATORS",

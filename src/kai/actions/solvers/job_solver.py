@@ -28,6 +28,7 @@ from functools import partial
 import numpy as np
 
 from kai import _fast
+from kai.actions.solvers.batches import VictimBatch, gpu_freed
 from kai.actions.solvers.budget import ActionBudget, JobBudget
 from kai.actions.solvers.generators import GENERATORS, Generator
 from kai.actions.solvers.replacement import ReplacementCheck
@@ -35,8 +36,6 @@ from kai.actions.solvers.scenario import (
     COUNT_SLACK,
     Fingerprint,
     Scenario,
-    VictimBatch,
-    gpu_freed,
     gpu_slot_needs,
     gpu_slots,
     gpu_slots_suffice,

@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from kai.actions.common import JobQueue
+from kai.actions.solvers.batches import job_view, whole_job_eviction
 from kai.actions.solvers.order import LeafPool
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.framework.session import Session
 
 if TYPE_CHECKING:
-    from kai.actions.solvers.scenario import AccumulatedState, Eviction, VictimBatch
+    from kai.actions.solvers.batches import Eviction, VictimBatch
+    from kai.actions.solvers.scenario import AccumulatedState
 
 _T = TypeVar("_T")
 
@@ -312,8 +314,6 @@ class _LeafSteps:
 
     def extend(self, ssn: Session) -> bool:
         """Read down to the next accepted job; False when the leaf has no more."""
-        from kai.actions.solvers.scenario import whole_job_eviction
-
         cands = self._cands()
         assert cands is not None  # they outlive their steps
         below = (self.positions[-1] if self.positions else len(self.entries)) - 1
@@ -446,8 +446,6 @@ class _Leaf:
         self.head: tuple[Any, int, Job] | None = None  # (key, seq, view) of the base head
 
     def _base_head(self) -> tuple[Any, int, Job] | None:
-        from kai.actions.solvers.scenario import job_view
-
         if self.head is None and self.pos >= 0:
             cands = self.cands
             self.pos = cands.accepted_in(self.entries).at_or_below(self.pos, cands.accepts)
