@@ -17,7 +17,7 @@ import pytest
 
 import kai.bench as bench
 from kai import _fast
-from kai.actions.solvers import replacement, simulate
+from kai.actions.solvers import job_solver, replacement, simulate
 from kai.actions.solvers.replacement import VERIFY_ENV, ReplacementCheck
 from kai.bench_clusters import NOW, random_cluster
 from kai.engine import Snapshot, run_session
@@ -157,6 +157,38 @@ def test_sessions_decide_the_same_without_the_pods_only_judgement(seed: int, mon
     assert _session(_random(seed), actions=ACTIONS) == judging
 
 
+def test_probes_judged_valid_on_their_pods_decide_as_with_their_statement(monkeypatch) -> None:
+    """A probe short of the whole job that the core places and the validator accepts on
+    its pods alone makes no statement (the search would discard it at once): the same
+    sessions decide the same with every such statement made, and the probes' victims
+    are the same (under verification, each judgement's preempted and moved victims are
+    compared with its statement's)."""
+    made: Counter = Counter()
+    original = simulate.simulate
+
+    def counted(*args, **kw):
+        sim = original(*args, **kw)
+        if sim.solved:
+            made[sim.statement is not None] += 1
+        return sim
+
+    monkeypatch.setattr(job_solver, "simulate", counted)
+    seeds = SEEDS[::2]
+    without = [_session(_random(seed), actions=ACTIONS) for seed in seeds]
+    assert made[False] > 0, made
+
+    def with_statement(*args, **kw):
+        return counted(*args, **{**kw, "need_statement": True})
+
+    made.clear()
+    monkeypatch.setattr(job_solver, "simulate", with_statement)
+    assert [_session(_random(seed), actions=ACTIONS) for seed in seeds] == without
+    assert made[False] == 0, made
+    monkeypatch.setattr(job_solver, "simulate", counted)
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    assert [_session(_random(seed), actions=ACTIONS) for seed in seeds] == without
+
+
 def test_a_judgement_leaves_the_queue_versions_as_they_were(monkeypatch) -> None:
     """Judged on its pods, a placed simulation sets them back exactly: the queue versions
     and the search's state stamp come back too, so what the search kept across its
@@ -167,7 +199,7 @@ def test_a_judgement_leaves_the_queue_versions_as_they_were(monkeypatch) -> None
     seen: list[bool] = []
     original = simulate.judge_placements
 
-    def checked(ssn, placed, victims, scenario, validator):
+    def checked(ssn, placed, victims, scenario, validator, **kw):
         before = dict(ssn.queue_versions), state_stamp(ssn)
         pods = {*victims, *placed}
         states = {task: (task.status, task.node, task.virtually_evicted) for task in pods}
@@ -182,7 +214,7 @@ def test_a_judgement_leaves_the_queue_versions_as_they_were(monkeypatch) -> None
             during.append((dict(ssn.queue_versions), moved))
             return validator(*args)
 
-        answer = original(ssn, placed, victims, scenario, watching)
+        answer = original(ssn, placed, victims, scenario, watching, **kw)
         assert dict(ssn.queue_versions) == before[0]
         assert same_state(state_stamp(ssn), before[1])
         versions, moved = during[0]
@@ -253,8 +285,8 @@ def test_pods_bound_in_the_session_evicted_and_put_back(monkeypatch, verdicts) -
     judged_binding: Counter = Counter()
     judge = simulate.judge_placements
 
-    def judged(ssn, placed, victims, scenario, validator):
-        answer = judge(ssn, placed, victims, scenario, validator)
+    def judged(ssn, placed, victims, scenario, validator, **kw):
+        answer = judge(ssn, placed, victims, scenario, validator, **kw)
         if any(t.status.name == "BINDING" for t in victims):
             judged_binding[answer] += 1
         return answer

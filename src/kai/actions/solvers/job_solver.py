@@ -363,12 +363,11 @@ class JobSolver:
                 if check is not None:
                     check.account(False)
                 continue
-            sim = simulate(ssn, scenario, within, self.validator, self.action)
+            sim = simulate(ssn, scenario, within, self.validator, self.action, need_statement=keep)
             if not sim.solved:
                 failed.add(key)
                 continue
-            if not keep:
-                assert sim.statement is not None
+            if not keep and sim.statement is not None:
                 sim.statement.discard()
             return _Probe(sim, SOLVED, scenario)
         return _Probe(None, GENERATORS_EXHAUSTED)

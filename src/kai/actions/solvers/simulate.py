@@ -11,7 +11,9 @@ Where the compiled re-placement takes a simulation (kai.actions.solvers.replacem
 decides it instead of the loop: a refusal ends the simulation at once, and for one that
 places the preemptor its recorded steps make the loop's statement, which the validator
 then reads.  A validator that reads only the pods (:class:`PodStatusValidator`) first
-judges the steps' outcome on the pods alone: a simulation it refuses needs no statement.
+judges the steps' outcome on the pods alone: a simulation it refuses needs no statement,
+nor does one it accepts when the caller only wants to know which victims it used (a
+search's probe short of the whole job, whose statement would be discarded at once).
 """
 
 from __future__ import annotations
@@ -188,7 +190,14 @@ def simulate(
     feasible: np.ndarray,
     validator: Validator,
     action: str,
+    *,
+    need_statement: bool = True,
 ) -> Simulation:
+    """Simulate ``scenario``: a solved simulation holds its statement, to commit or
+    discard.  Without ``need_statement`` (a caller that would only discard it), a
+    simulation the compiled re-placement placed and the validator judged valid on its
+    pods alone is solved without one: its preempted and moved victims are the
+    judgement's."""
     if not scenario.recorded and not any(batch.tasks for batch in scenario.batches):
         return Simulation(False)  # no victims
     # Most simulations fail at the preemptor's turn: the compiled core tells them apart
@@ -197,6 +206,7 @@ def simulate(
     check = ReplacementCheck.for_session(ssn)
     verdict = None
     every_victim = validator is every_victim_placed
+    judged_alone = isinstance(validator, PodStatusValidator)
     if check is not None:
         verdict = check.verdict(scenario, feasible, every_victim=every_victim)
         if verdict.placed is False and not check.verify:
@@ -204,12 +214,20 @@ def simulate(
     compiled = verdict.placed if verdict is not None else None
     victims, within, victim_jobs = scenario.victims_within(feasible)
     judged = None
-    if verdict is not None and verdict.placed and isinstance(validator, PodStatusValidator):
+    outcome: list[tuple[list[Task], list[Task]]] = []  # the judgement's, as the validator's
+    if verdict is not None and verdict.placed and judged_alone:
         # Most placed simulations of a contended cluster fail their validator: judged on
         # the pods alone, those need no statement.
-        judged = judge_placements(ssn, verdict.placements(), victims, scenario, validator)
-        if judged is False and not (check is not None and check.verify):
+        judged = judge_placements(
+            ssn, verdict.placements(), victims, scenario, validator, outcome=outcome
+        )
+        verifying = check is not None and check.verify
+        if judged is False and not verifying:
             return _failed(check)
+        if judged and not need_statement and not verifying:
+            assert check is not None  # a verdict is the check's
+            check.account(True)
+            return Simulation(True, None, *outcome[0])
     reason = eviction_reason(action, scenario.preemptor)
     stmt = _evict(ssn, victims, reason)
     if check is not None and verdict is not None and verdict.placed:
@@ -247,6 +265,10 @@ def simulate(
             f"the validator judged the placements {'valid' if judged else 'invalid'}, "
             f"the simulation's statement {'valid' if valid else 'invalid'}: {scenario!r}"
         )
+    if check is not None and check.verify and judged and outcome[0] != (preempted, moved):
+        raise AssertionError(
+            f"the judgement's preempted and moved victims differ from the statement's: {scenario!r}"
+        )
     if not valid:
         stmt.discard()
         return _failed(check)
@@ -261,6 +283,8 @@ def judge_placements(
     victims: list[Task],
     scenario: Scenario,
     validator: PodStatusValidator,
+    *,
+    outcome: list[tuple[list[Task], list[Task]]] | None = None,
 ) -> bool:
     """The validator's answer on the simulation whose re-placement leaves ``placed`` (pod
     to node, and whether it retook a vacated place: :meth:`Verdict.placements`), with
@@ -279,6 +303,8 @@ def judge_placements(
     them is read across the change; set back, the pods are exactly as they were, and so
     are their queues' versions (:meth:`Session.set_back_queue_versions`): what the search
     kept before the judgement (its probes' layouts, its accumulations) holds again.
+    ``outcome``, if given, receives what the validator was given (the victims left
+    evicted, those moved), as the statement would give them.
     """
     vacated = ssn.nodes.vacated
     evicted = set(victims)
@@ -312,8 +338,11 @@ def judge_placements(
             task.status = TaskStatus.PIPELINED
             task.node = node
             queues.setdefault(task.job.queue, task)
+        left = _outcome(victims)
+        if outcome is not None:
+            outcome.append(left)
         with ssn.set_back_queue_versions(queues.values()):
-            return validator(scenario, *_outcome(victims))
+            return validator(scenario, *left)
     finally:
         for task, status, node, marked in changed:
             task.status = status
