@@ -391,6 +391,10 @@ def test_row_arithmetic_identical(seed: int) -> None:
         request = requests[int(rng.integers(len(requests)))]
         model.charge_rows(*reference, i, request, kind, add)
         ledger.charge_rows(*compiled, i, request, kind, add)
+        if add:  # a status change on the node, as an eviction or its undo makes
+            new_kind = int(rng.integers(3))
+            model.recharge_rows(*reference, i, request, kind, new_kind)
+            ledger.recharge_rows(*compiled, i, request, kind, new_kind)
         model.add_vector(vec_r, request[:3], add)
         ledger.add_vector(vec_c, request[:3], add)
     for c, ref in zip(compiled, reference):
@@ -473,6 +477,12 @@ def test_row_arithmetic_refuses_what_numpy_would_not_write() -> None:
         ledger.charge_rows(*rows, 0, np.ones(4), 0, True)
     with pytest.raises(TypeError):
         ledger.charge_rows(*rows, 0, np.ones(3, dtype=np.float32), 0, True)
+    with pytest.raises(IndexError):
+        ledger.recharge_rows(*rows, -1, np.ones(3), 0, 1)
+    with pytest.raises(TypeError):
+        ledger.recharge_rows(
+            rows[0], rows[1], np.zeros((2, 3), dtype=np.int64), 0, np.ones(3), 0, 1
+        )
     read_only = np.zeros(3)
     read_only.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):

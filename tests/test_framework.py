@@ -172,6 +172,79 @@ def test_a_statement_finds_each_pods_standing_eviction_through_any_rollback(seed
     assert unevicted > 0 and rolled_back > 0, (unevicted, rolled_back)  # the mix is exercised
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_an_eviction_and_its_undo_charge_the_rows_as_removing_and_adding_the_pod(
+    seed: int, monkeypatch
+):
+    """Evicting a pod on whole GPUs, and undoing that, change its status on its node in
+    one step (NodeTable.restatus): random evictions, moves, un-evictions, placements and
+    rollbacks (inexact CPU requests, fractional pods beside) leave the same rows, to the
+    bit, the same pods per node and the same queue accounting, step by step, as
+    removing the pod, setting its status and adding it again."""
+    from kai.api.model import NodeTable
+
+    def run_ops() -> list:
+        rng = np.random.default_rng(seed)
+        objs = [node(f"n{i}", gpus=4) for i in range(3)] + [queue("q"), queue("r")]
+        objs += [
+            pod(f"p{i}", gpus=1, cpu="0.3", queue="qr"[i % 2], node=f"n{i % 3}") for i in range(6)
+        ]
+        objs += [pod("half", gpus=0.5, cpu="0.1", queue="q", node="n0")]
+        objs += [pod(f"w{i}", gpus=1, cpu="0.7", queue="r") for i in range(3)]
+        ssn = session(objs)
+        nodes, shares = ssn.nodes, ssn.cache["proportion"].shares
+        tasks = [job.tasks[0] for job in ssn.jobs.values()]
+        stmt = ssn.statement()
+        checkpoints: list[int] = []
+        seen = []
+        for _ in range(300):
+            task = tasks[rng.integers(len(tasks))]
+            step = rng.integers(5)
+            if step == 0 and task.status in (TaskStatus.RUNNING, TaskStatus.PIPELINED):
+                stmt.evict(task, "try")
+            elif step == 1 and task.status in (TaskStatus.RELEASING, TaskStatus.PENDING):
+                stmt.pipeline(task, int(rng.integers(3)))
+            elif step == 2:
+                checkpoints.append(stmt.checkpoint())
+            elif step == 3 and checkpoints:
+                stmt.rollback(checkpoints.pop(rng.integers(len(checkpoints))))
+                checkpoints = [c for c in checkpoints if c <= stmt.checkpoint()]
+            elif step == 4 and task.status is TaskStatus.PENDING:
+                stmt.allocate(task, int(rng.integers(3)))
+            seen.append(
+                (
+                    nodes.used.tobytes(),
+                    nodes.idle.tobytes(),
+                    nodes.releasing.tobytes(),
+                    [sorted(t.uid for t in on) for on in nodes.tasks],
+                    [(t.status, t.node, t.virtually_evicted) for t in tasks],
+                    [share.allocated.tobytes() for share in shares.values()],
+                )
+            )
+        stmt.discard()
+        return seen
+
+    calls: list[TaskStatus] = []
+    restatus = NodeTable.restatus
+
+    def counted(table, task, status):
+        calls.append(status)
+        restatus(table, task, status)
+
+    monkeypatch.setattr(NodeTable, "restatus", counted)
+    in_one_step = run_ops()
+    # Evictions and their undos took the one step.
+    assert {TaskStatus.RELEASING, TaskStatus.RUNNING} <= set(calls)
+
+    def removed_and_added(table, task, status):
+        table.remove_task(task)
+        task.status = status
+        table.add_task(task)
+
+    monkeypatch.setattr(NodeTable, "restatus", removed_and_added)
+    assert run_ops() == in_one_step
+
+
 def test_a_moved_pod_evicted_again_and_put_back_where_it_runs_returns_where_it_was_moved():
     ssn = session(
         [node("n1", gpus=2), node("n2", gpus=2), queue("q"), pod("b", gpus=1, queue="q", node="n1")]

@@ -74,6 +74,42 @@ cdef inline void _add(double* row, const double* r, Py_ssize_t n, bint add) noex
             row[k] = row[k] - r[k]
 
 
+cdef inline void _charge(Py_buffer* v, Py_ssize_t i, const double* r, Py_ssize_t n, int kind,
+                         bint add) noexcept:
+    _add(<double*>v[0].buf + i * n, r, n, add)
+    if kind == RELEASING:
+        _add(<double*>v[2].buf + i * n, r, n, add)
+        _add(<double*>v[1].buf + i * n, r, n, not add)
+    elif kind == PIPELINED:
+        _add(<double*>v[2].buf + i * n, r, n, not add)
+    else:
+        _add(<double*>v[1].buf + i * n, r, n, not add)
+
+
+cdef int _rows(
+    object used, object idle, object releasing, Py_ssize_t i, object request,
+    Py_buffer* vr, Py_buffer* v,
+) except -1:
+    """Acquire ``request`` (into ``vr``) and the three matrices (into ``v``), checking
+    that row ``i`` of each takes the request; every buffer is released on an error."""
+    _get(request, vr, 0, 1)
+    cdef Py_ssize_t n = vr.shape[0]
+    try:
+        _get3(used, idle, releasing, v)
+    except BaseException:
+        PyBuffer_Release(vr)
+        raise
+    if (
+        v[0].shape[1] != n or v[1].shape[1] != n or v[2].shape[1] != n
+        or not (0 <= i < v[0].shape[0]) or v[1].shape[0] != v[0].shape[0]
+        or v[2].shape[0] != v[0].shape[0]
+    ):
+        _release3(v)
+        PyBuffer_Release(vr)
+        raise IndexError(f"row {i} of a capacity matrix, {n} resources")
+    return 0
+
+
 def charge_rows(
     object used, object idle, object releasing, Py_ssize_t i, object request, int kind,
     bint add,
@@ -81,30 +117,24 @@ def charge_rows(
     """:func:`kai.api.model.charge_rows`, compiled."""
     cdef Py_buffer vr
     cdef Py_buffer v[3]  # used, idle, releasing
-    _get(request, &vr, 0, 1)
-    cdef Py_ssize_t n = vr.shape[0]
-    cdef const double* r = <const double*>vr.buf
-    try:
-        _get3(used, idle, releasing, v)
-        try:
-            if (
-                v[0].shape[1] != n or v[1].shape[1] != n or v[2].shape[1] != n
-                or not (0 <= i < v[0].shape[0]) or v[1].shape[0] != v[0].shape[0]
-                or v[2].shape[0] != v[0].shape[0]
-            ):
-                raise IndexError(f"row {i} of a capacity matrix, {n} resources")
-            _add(<double*>v[0].buf + i * n, r, n, add)
-            if kind == RELEASING:
-                _add(<double*>v[2].buf + i * n, r, n, add)
-                _add(<double*>v[1].buf + i * n, r, n, not add)
-            elif kind == PIPELINED:
-                _add(<double*>v[2].buf + i * n, r, n, not add)
-            else:
-                _add(<double*>v[1].buf + i * n, r, n, not add)
-        finally:
-            _release3(v)
-    finally:
-        PyBuffer_Release(&vr)
+    _rows(used, idle, releasing, i, request, &vr, v)
+    _charge(v, i, <const double*>vr.buf, vr.shape[0], kind, add)
+    _release3(v)
+    PyBuffer_Release(&vr)
+
+
+def recharge_rows(
+    object used, object idle, object releasing, Py_ssize_t i, object request, int old_kind,
+    int new_kind,
+):
+    """:func:`kai.api.model.recharge_rows`, compiled."""
+    cdef Py_buffer vr
+    cdef Py_buffer v[3]
+    _rows(used, idle, releasing, i, request, &vr, v)
+    _charge(v, i, <const double*>vr.buf, vr.shape[0], old_kind, False)
+    _charge(v, i, <const double*>vr.buf, vr.shape[0], new_kind, True)
+    _release3(v)
+    PyBuffer_Release(&vr)
 
 
 def add_vector(object target, object vector, bint add):

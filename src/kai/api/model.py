@@ -446,6 +446,25 @@ def charge_rows(
             idle[i] += request
 
 
+def recharge_rows(
+    used: np.ndarray,
+    idle: np.ndarray,
+    releasing: np.ndarray,
+    i: int,
+    request: np.ndarray,
+    old_kind: int,
+    new_kind: int,
+) -> None:
+    """Uncharge ``request`` from row ``i`` as a task of status ``old_kind``, then charge
+    it as one of ``new_kind`` (:func:`charge_rows` twice): a task whose status changes
+    on its node.
+
+    The reference of ``kai._fast.ledger.recharge_rows``, which gives bit-identical rows.
+    """
+    charge_rows(used, idle, releasing, i, request, old_kind, False)
+    charge_rows(used, idle, releasing, i, request, new_kind, True)
+
+
 def add_vector(target: np.ndarray, vector: np.ndarray, add: bool) -> None:
     """``target += vector`` (``add``) or ``target -= vector``, in place.
 
@@ -460,19 +479,20 @@ def add_vector(target: np.ndarray, vector: np.ndarray, add: bool) -> None:
 _ROW_KIND = {TaskStatus.RELEASING: ROWS_RELEASING, TaskStatus.PIPELINED: ROWS_PIPELINED}.get
 
 
-def row_functions() -> tuple[Callable[..., None], Callable[..., None]]:
-    """:func:`charge_rows` and :func:`add_vector`, compiled where ``kai._fast`` is."""
+def row_functions() -> tuple[Callable[..., None], Callable[..., None], Callable[..., None]]:
+    """:func:`charge_rows`, :func:`add_vector` and :func:`recharge_rows`, compiled where
+    ``kai._fast`` is."""
     ledger = _fast.module("ledger")
     if ledger is None:
-        return charge_rows, add_vector
-    return ledger.charge_rows, ledger.add_vector
+        return charge_rows, add_vector, recharge_rows
+    return ledger.charge_rows, ledger.add_vector, ledger.recharge_rows
 
 
 class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
     def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
-        self._charge_rows = row_functions()[0]
+        self._charge_rows, _, self._recharge_rows = row_functions()
         nodes = sorted(nodes, key=lambda n: n.name)
         self.objects = nodes
         # Values plugins derive from the node objects alone (see derived()).
@@ -535,12 +555,13 @@ class NodeTable:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         del state["_charge_rows"]  # chosen again where the table is loaded
+        del state["_recharge_rows"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_derived", {})
-        self._charge_rows = row_functions()[0]
+        self._charge_rows, _, self._recharge_rows = row_functions()
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:
         """The value ``make()`` derives from the node objects alone (their labels,
@@ -619,6 +640,23 @@ class NodeTable:
         self.tasks[i].discard(task)
         if task.is_shared_gpu and task.gpu_group is not None:
             self._update_group(task, -1)
+
+    def restatus(self, task: Task, status: TaskStatus) -> None:
+        """Set the status of ``task``, on its node before and after, and charge its rows
+        as the new status: :meth:`remove_task`, the status set, :meth:`add_task` (the
+        same rows, bit for bit), in one step.  Both statuses hold the node
+        (``ON_NODE``), and the task is on whole GPUs (no device to update)."""
+        self.version += 2
+        self._recharge_rows(
+            self.used,
+            self.idle,
+            self.releasing,
+            task.node,
+            task.request,
+            _ROW_KIND(task.status, ROWS_IDLE),
+            _ROW_KIND(status, ROWS_IDLE),
+        )
+        task.status = status
 
     def hold(self, task: Holdable, node: int) -> None:
         """Keep ``task``'s request releasing on ``node`` (the node a moved victim runs on,

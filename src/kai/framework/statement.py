@@ -197,10 +197,13 @@ class Statement:
             return
         op = self._record("evict", task, reason)
         self._standing.setdefault(task, []).append(op)
-        self._detach(task)
-        task.status = TaskStatus.RELEASING
+        if task.node >= 0 and task.status in _ON_NODE and not task.is_shared_gpu:
+            self.ssn.nodes.restatus(task, TaskStatus.RELEASING)
+        else:
+            self._detach(task)
+            task.status = TaskStatus.RELEASING
+            self._attach(task)
         task.virtually_evicted = True
-        self._attach(task)
         self.ssn.fire_deallocate(task)
 
     def _unplace(self, task: Task, reason: str) -> None:
@@ -297,8 +300,21 @@ class Statement:
             self._attach(task)
             self.ssn.fire_deallocate(task)
             return
-        self._detach(task)
         nodes = self.ssn.nodes
+        if (
+            op.kind == "evict"
+            and op.held < 0
+            and task.node == op.prev_node >= 0
+            and op.prev_status in _ON_NODE
+            and not task.is_shared_gpu
+        ):
+            # An eviction's own undo: the same pod back to its status on its node (an
+            # evicted pod is releasing there, on its node's rows).
+            nodes.restatus(task, op.prev_status)
+            task.virtually_evicted = op.prev_virtual
+            self.ssn.fire_allocate(task)
+            return
+        self._detach(task)
         if op.vacated is not None:
             nodes.unvacate(task, op.vacated)
         if op.retaken is not None:
