@@ -36,12 +36,12 @@ import numpy as np
 from kai import _fast
 from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import GROUP_NODES_FROM, NodePicker
+from kai.actions.solvers.batches import VictimBatch
 from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
 from kai.actions.solvers.scenario import (
     COUNT_SLACK,
     Scenario,
     StateStamp,
-    VictimBatch,
     same_state,
     state_stamp,
 )

@@ -206,7 +206,6 @@ def simulate(
     check = ReplacementCheck.for_session(ssn)
     verdict = None
     every_victim = validator is every_victim_placed
-    judged_alone = isinstance(validator, PodStatusValidator)
     if check is not None:
         verdict = check.verdict(scenario, feasible, every_victim=every_victim)
         if verdict.placed is False and not check.verify:
@@ -215,7 +214,7 @@ def simulate(
     victims, within, victim_jobs = scenario.victims_within(feasible)
     judged = None
     outcome: list[tuple[list[Task], list[Task]]] = []  # the judgement's, as the validator's
-    if verdict is not None and verdict.placed and judged_alone:
+    if verdict is not None and verdict.placed and isinstance(validator, PodStatusValidator):
         # Most placed simulations of a contended cluster fail their validator: judged on
         # the pods alone, those need no statement.
         judged = judge_placements(
