@@ -385,6 +385,8 @@ def test_row_arithmetic_identical(seed: int) -> None:
     reference = [m.copy() for m in compiled]
     vec_c = rng.random(3)
     vec_r = vec_c.copy()
+    path_c = rng.random((2, 3))  # a queue path's vectors, charged together
+    path_r = path_c.copy()
     requests = [np.round(rng.random(r) * 10, 1) for _ in range(5)]  # 0.1s: inexact
     for _ in range(3000):
         i, kind, add = int(rng.integers(n)), int(rng.integers(3)), bool(rng.integers(2))
@@ -397,9 +399,12 @@ def test_row_arithmetic_identical(seed: int) -> None:
             ledger.recharge_rows(*compiled, i, request, kind, new_kind)
         model.add_vector(vec_r, request[:3], add)
         ledger.add_vector(vec_c, request[:3], add)
+        model.add_vector_to_each((path_r[0], path_r[1]), request[3:], add)
+        ledger.add_vector_to_each((path_c[0], path_c[1]), request[3:], add)
     for c, ref in zip(compiled, reference):
         assert c.tobytes() == ref.tobytes()
     assert vec_c.tobytes() == vec_r.tobytes()
+    assert path_c.tobytes() == path_r.tobytes()
 
 
 @needs_compiled
@@ -489,4 +494,6 @@ def test_row_arithmetic_refuses_what_numpy_would_not_write() -> None:
         ledger.add_vector(read_only, np.ones(3), True)
     with pytest.raises(ValueError):
         ledger.add_vector(np.zeros(3), np.ones(2), True)
+    with pytest.raises(ValueError, match="read-only"):
+        ledger.add_vector_to_each((np.zeros(3), read_only), np.ones(3), True)
     assert all(not m.any() for m in rows)  # nothing written by a refused call

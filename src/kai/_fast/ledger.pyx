@@ -153,6 +153,23 @@ def add_vector(object target, object vector, bint add):
         PyBuffer_Release(&vv)
 
 
+def add_vector_to_each(tuple targets, object vector, bint add):
+    """:func:`kai.api.model.add_vector_to_each`, compiled."""
+    cdef Py_buffer vt, vv
+    cdef object target
+    _get(vector, &vv, 0, 1)
+    try:
+        for target in targets:
+            _get(target, &vt, PyBUF_WRITABLE, 1)
+            try:
+                if vt.shape[0] != vv.shape[0]:
+                    raise ValueError(f"vectors of {vt.shape[0]} and {vv.shape[0]} elements")
+                _add(<double*>vt.buf, <const double*>vv.buf, vv.shape[0], add)
+            finally:
+                PyBuffer_Release(&vt)
+    finally:
+        PyBuffer_Release(&vv)
+
 
 cdef inline bint _is_any(object value, tuple among) noexcept:
     """Whether ``value`` is one of ``among`` (identity: statuses are enum members)."""

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -479,20 +479,41 @@ def add_vector(target: np.ndarray, vector: np.ndarray, add: bool) -> None:
 _ROW_KIND = {TaskStatus.RELEASING: ROWS_RELEASING, TaskStatus.PIPELINED: ROWS_PIPELINED}.get
 
 
-def row_functions() -> tuple[Callable[..., None], Callable[..., None], Callable[..., None]]:
-    """:func:`charge_rows`, :func:`add_vector` and :func:`recharge_rows`, compiled where
-    ``kai._fast`` is."""
+def add_vector_to_each(targets: tuple[np.ndarray, ...], vector: np.ndarray, add: bool) -> None:
+    """:func:`add_vector` of ``vector`` to each of ``targets``, in order.
+
+    The reference of ``kai._fast.ledger.add_vector_to_each``, which gives bit-identical
+    values.
+    """
+    for target in targets:
+        add_vector(target, vector, add)
+
+
+class RowFunctions(NamedTuple):
+    """The row arithmetic of statements and queue accounting, compiled or not."""
+
+    charge_rows: Callable[..., None]
+    recharge_rows: Callable[..., None]
+    add_vector: Callable[..., None]
+    add_vector_to_each: Callable[..., None]
+
+
+def row_functions() -> RowFunctions:
+    """:func:`charge_rows`, :func:`recharge_rows`, :func:`add_vector` and
+    :func:`add_vector_to_each`, compiled where ``kai._fast`` is."""
     ledger = _fast.module("ledger")
     if ledger is None:
-        return charge_rows, add_vector, recharge_rows
-    return ledger.charge_rows, ledger.add_vector, ledger.recharge_rows
+        return RowFunctions(charge_rows, recharge_rows, add_vector, add_vector_to_each)
+    return RowFunctions(
+        ledger.charge_rows, ledger.recharge_rows, ledger.add_vector, ledger.add_vector_to_each
+    )
 
 
 class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
     def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
-        self._charge_rows, _, self._recharge_rows = row_functions()
+        self._charge_rows, self._recharge_rows = row_functions()[:2]
         nodes = sorted(nodes, key=lambda n: n.name)
         self.objects = nodes
         # Values plugins derive from the node objects alone (see derived()).
@@ -561,7 +582,7 @@ class NodeTable:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_derived", {})
-        self._charge_rows, _, self._recharge_rows = row_functions()
+        self._charge_rows, self._recharge_rows = row_functions()[:2]
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:
         """The value ``make()`` derives from the node objects alone (their labels,

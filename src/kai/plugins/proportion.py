@@ -49,6 +49,9 @@ from kai.framework.session import tasks_to_allocate
 UNLIMITED = -1.0
 #: The task resource columns of a queue vector ([cpu, memory, gpu]).
 QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
+# What an event on a queue's pod charges: its path's allocated vectors, and its path's
+# non-preemptible ones.
+_Charged = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
 # ALLOCATED in a fixed order, for the compiled queue sums (which compare identities).
 _ALLOCATED_STATUSES = tuple(sorted(ALLOCATED, key=lambda status: status.value))
 
@@ -208,6 +211,9 @@ class ProportionPlugin(Plugin):
         self.saturation_multiplier = max(1.0, self.arg_float(key, 1.0))
         self.shares: dict[str, QueueShare] = {}
         self._share_paths: dict[str | None, list[QueueShare]] = {}
+        # Per queue, the allocated and the non-preemptible vectors of its path's shares
+        # (what an event charges; the arrays are only ever changed in place).
+        self._charged: dict[str | None, _Charged | None] = {}
         self._limited_paths: dict[str | None, list[QueueShare]] = {}
         # Each whole-GPU request vector's queue columns: pods of a workload share one
         # request vector (kept with it, so that an id is never taken for another's).
@@ -216,7 +222,7 @@ class ProportionPlugin(Plugin):
     # ------------------------------------------------------------------ setup
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
-        self._add_vector = row_functions()[1]
+        self._add_to_each = row_functions().add_vector_to_each
         self._queue_columns = {}
         self._held: dict[tuple[Job, ...], tuple[float, float, float]] = {}
         self._held_stamp: tuple | None = None
@@ -425,6 +431,17 @@ class ProportionPlugin(Plugin):
             path = self._share_paths[queue] = [self.shares[n] for n in self.ancestors(queue)]
         return path
 
+    def _charged_vectors(self, queue: str | None) -> _Charged | None:
+        """The allocated and the non-preemptible vectors of ``queue``'s path, leaf first
+        (None for an unknown queue)."""
+        path = self._share_path(queue)
+        if path is None:
+            return None
+        return (
+            tuple(share.allocated for share in path),
+            tuple(share.allocated_non_preemptible for share in path),
+        )
+
     def _charge(self, task: Task, sign: int) -> None:
         """An allocate (+1) or deallocate (-1) event of ``task``: its queue vector is
         added to (subtracted from) its queue and every ancestor.
@@ -434,8 +451,11 @@ class ProportionPlugin(Plugin):
         job = task.job
         if job is None:
             return
-        path = self._share_path(job.queue)
-        if path is None:
+        try:
+            charged = self._charged[job.queue]
+        except KeyError:
+            charged = self._charged[job.queue] = self._charged_vectors(job.queue)
+        if charged is None:
             return
         if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
             vec = queue_vector(self.ssn, task)
@@ -450,12 +470,13 @@ class ProportionPlugin(Plugin):
             non_preemptible = counts_as_non_preemptible(task)
         else:
             non_preemptible = not job.preemptible  # what it gives for other jobs
-        # ``share += sign * vec`` for sign -1 is ``share -= vec``, bit for bit
-        add, add_vector = sign > 0, self._add_vector
-        for share in path:
-            add_vector(share.allocated, vec, add)
-            if non_preemptible:
-                add_vector(share.allocated_non_preemptible, vec, add)
+        # ``share += sign * vec`` for sign -1 is ``share -= vec``, bit for bit; each
+        # vector is its own sum, so charging the path's allocations, then its
+        # non-preemptible ones, adds the same as alternating them share by share
+        allocated, allocated_non_preemptible = charged
+        self._add_to_each(allocated, vec, sign > 0)
+        if non_preemptible:
+            self._add_to_each(allocated_non_preemptible, vec, sign > 0)
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
         nodes = ssn.nodes
