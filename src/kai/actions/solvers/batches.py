@@ -17,7 +17,7 @@ from kai.api.resources import GPU
 from kai.framework.session import Session
 
 
-@dataclass
+@dataclass(slots=True)
 class VictimBatch:
     """Tasks of one victim job that are evicted together (a batch is never changed)."""
 
@@ -53,7 +53,7 @@ def gpu_freed(ssn: Session, task: Task) -> float:
     return float(task.request[GPU])
 
 
-@dataclass
+@dataclass(slots=True)
 class PreparedBatch:
     """What :meth:`AccumulatedState.add` computes per task of a batch, computed once."""
 
