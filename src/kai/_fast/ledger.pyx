@@ -137,36 +137,37 @@ def recharge_rows(
     PyBuffer_Release(&vr)
 
 
+cdef int _add_into(object target, Py_buffer* vv, bint add) except -1:
+    """Add (or subtract) the open vector ``vv`` to the vector ``target``."""
+    cdef Py_buffer vt
+    _get(target, &vt, PyBUF_WRITABLE, 1)
+    try:
+        if vt.shape[0] != vv.shape[0]:
+            raise ValueError(f"vectors of {vt.shape[0]} and {vv.shape[0]} elements")
+        _add(<double*>vt.buf, <const double*>vv.buf, vv.shape[0], add)
+    finally:
+        PyBuffer_Release(&vt)
+    return 0
+
+
 def add_vector(object target, object vector, bint add):
     """:func:`kai.api.model.add_vector`, compiled."""
-    cdef Py_buffer vt, vv
+    cdef Py_buffer vv
     _get(vector, &vv, 0, 1)
     try:
-        _get(target, &vt, PyBUF_WRITABLE, 1)
-        try:
-            if vt.shape[0] != vv.shape[0]:
-                raise ValueError(f"vectors of {vt.shape[0]} and {vv.shape[0]} elements")
-            _add(<double*>vt.buf, <const double*>vv.buf, vv.shape[0], add)
-        finally:
-            PyBuffer_Release(&vt)
+        _add_into(target, &vv, add)
     finally:
         PyBuffer_Release(&vv)
 
 
 def add_vector_to_each(tuple targets, object vector, bint add):
     """:func:`kai.api.model.add_vector_to_each`, compiled."""
-    cdef Py_buffer vt, vv
+    cdef Py_buffer vv
     cdef object target
     _get(vector, &vv, 0, 1)
     try:
         for target in targets:
-            _get(target, &vt, PyBUF_WRITABLE, 1)
-            try:
-                if vt.shape[0] != vv.shape[0]:
-                    raise ValueError(f"vectors of {vt.shape[0]} and {vv.shape[0]} elements")
-                _add(<double*>vt.buf, <const double*>vv.buf, vv.shape[0], add)
-            finally:
-                PyBuffer_Release(&vt)
+            _add_into(target, &vv, add)
     finally:
         PyBuffer_Release(&vv)
 
