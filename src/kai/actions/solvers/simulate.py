@@ -204,11 +204,12 @@ def simulate(
     # without the statement, and gives the others' steps instead of the loop below
     # (kai.actions.solvers.replacement).
     check = ReplacementCheck.for_session(ssn)
+    verifying = check is not None and check.verify  # KAI_VERIFY_REPLACEMENT
     verdict = None
     every_victim = validator is every_victim_placed
     if check is not None:
         verdict = check.verdict(scenario, feasible, every_victim=every_victim)
-        if verdict.placed is False and not check.verify:
+        if verdict.placed is False and not verifying:
             return Simulation(False)
     compiled = verdict.placed if verdict is not None else None
     victims, within, victim_jobs = scenario.victims_within(feasible)
@@ -220,7 +221,6 @@ def simulate(
         judged = judge_placements(
             ssn, verdict.placements(), victims, scenario, validator, outcome=outcome
         )
-        verifying = check is not None and check.verify
         if judged is False and not verifying:
             return _failed(check)
         if judged and not need_statement and not verifying:
@@ -230,7 +230,7 @@ def simulate(
     reason = eviction_reason(action, scenario.preemptor)
     stmt = _evict(ssn, victims, reason)
     if check is not None and verdict is not None and verdict.placed:
-        if check.verify:
+        if verifying:
             # The loop, then the steps from the same state: the same statement.
             placed = _re_place(ssn, stmt, scenario, victim_jobs, within)
             _verify(compiled, placed and not (every_victim and _left(victims)), scenario)
@@ -259,15 +259,17 @@ def simulate(
     preempted, moved = _outcome(victims)
     _verify(compiled, not (every_victim and preempted), scenario)
     valid = validator(scenario, preempted, moved)
-    if check is not None and check.verify and judged is not None and judged != valid:
-        raise AssertionError(
-            f"the validator judged the placements {'valid' if judged else 'invalid'}, "
-            f"the simulation's statement {'valid' if valid else 'invalid'}: {scenario!r}"
-        )
-    if check is not None and check.verify and judged and outcome[0] != (preempted, moved):
-        raise AssertionError(
-            f"the judgement's preempted and moved victims differ from the statement's: {scenario!r}"
-        )
+    if verifying and judged is not None:
+        if judged != valid:
+            raise AssertionError(
+                f"the validator judged the placements {'valid' if judged else 'invalid'}, "
+                f"the simulation's statement {'valid' if valid else 'invalid'}: {scenario!r}"
+            )
+        if judged and outcome[0] != (preempted, moved):
+            raise AssertionError(
+                "the judgement's preempted and moved victims differ from the statement's: "
+                f"{scenario!r}"
+            )
     if not valid:
         stmt.discard()
         return _failed(check)
