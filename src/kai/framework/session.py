@@ -848,12 +848,7 @@ class Session:
         leaf = job.queue if job is not None else None
         path = self._version_paths.get(leaf)
         if path is None:
-            names: list[str] = []
-            name, queues = leaf, self.queues
-            while name is not None and name in queues and len(names) < 64:
-                names.append(name)
-                name = queues[name].parent
-            path = self._version_paths[leaf] = tuple(names)
+            path = self._version_paths[leaf] = tuple(reversed(queue_path(self.queues, leaf)))
         return path
 
     @contextmanager
