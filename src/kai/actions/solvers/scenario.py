@@ -308,11 +308,7 @@ class AccumulatedState:
         new = old + freed
         self._cap[node] = new
         if self._unit_sizes:
-            units = self._units
-            for i, v in enumerate(self._unit_sizes):
-                units[i] += math.floor((new + COUNT_SLACK) / v) - math.floor(
-                    (old + COUNT_SLACK) / v
-                )
+            self._count_slots(old, new)
         vec = task.request
         if task.is_shared_gpu:
             vec = vec.copy()
@@ -361,8 +357,7 @@ class AccumulatedState:
         index = len(self.batches)
         self.batches.append(batch)
         cap = self._cap
-        sizes = self._unit_sizes
-        units = self._units
+        sizes, count_slots = self._unit_sizes, self._count_slots
         row_nodes, rows = self._row_nodes, self._rows
         for node, freed, vec in prepared.items:
             old = cap.get(node)
@@ -371,16 +366,20 @@ class AccumulatedState:
             new = old + freed
             cap[node] = new
             if sizes:
-                for i, v in enumerate(sizes):
-                    units[i] += math.floor((new + COUNT_SLACK) / v) - math.floor(
-                        (old + COUNT_SLACK) / v
-                    )
+                count_slots(old, new)
             row_nodes.append(node)
             rows.append(vec)
             self._note_node(node)
         self.touched.extend(prepared.nodes)
         for node, value, whole in prepared.sums:
             self._note_freed(node, index, value, whole)
+
+    def _count_slots(self, old: float, new: float) -> None:
+        """A node's GPU capacity went from ``old`` to ``new``: the counting bound's
+        slots of each request size change by as many as the node's do."""
+        units = self._units
+        for i, v in enumerate(self._unit_sizes):
+            units[i] += math.floor((new + COUNT_SLACK) / v) - math.floor((old + COUNT_SLACK) / v)
 
     def add_steps(
         self, steps: Any, pos: int, recorded: set[Task], *, single: bool = False
@@ -494,7 +493,7 @@ class AccumulatedState:
         after = gpu_capacity[by_node] + (running - earlier)
         before = after - freed_by_node
         v = self._unit_sizes[0]
-        gained = np.floor((after + COUNT_SLACK) / v) - np.floor((before + COUNT_SLACK) / v)
+        gained = node_gpu_slots(after, v) - node_gpu_slots(before, v)
         gains = np.empty_like(gained)
         gains[order] = gained
         units = self._units[0] + np.cumsum(gains)
