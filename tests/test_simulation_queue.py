@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from kai.actions.solvers.pending import PendingPool, SimulationQueue
+from kai.actions.solvers.pending import PendingPool, SimulationQueue, _Leaf
 from kai.engine import parse_now
 from kai.framework.session import Session
 from tests._kai_cluster import NOW, J, T, build, queue
@@ -145,3 +145,44 @@ def test_pool_keys_follow_committed_changes() -> None:
     assert pool.queue_key(job) == before  # kept: nothing re-keyed it yet
     pool.update([job])
     assert pool.queue_key(job) == ssn.queue_order_job_key(job)
+
+
+class _Keys:
+    """The part of a pending pool a leaf's skip reads: the queue keys known so far, and
+    the lookup of the others."""
+
+    def __init__(self, keys: dict[str, str], known: int) -> None:
+        self.keys = keys
+        self._queue_keys = dict(list(keys.items())[:known])
+
+    def queue_key(self, job: str) -> str:
+        self._queue_keys[job] = self.keys[job]
+        return self.keys[job]
+
+
+def test_a_leaf_skips_in_one_loop_what_popping_one_job_at_a_time_does() -> None:
+    rng = random.Random(11)
+    for case in range(400):
+        jobs = [f"j{i}" for i in range(rng.randint(0, 25))]
+        # Pool entries ascend by (order key, sequence); participants come before pool
+        # entries of an equal order key (negative sequence numbers) and pop off the end.
+        base = sorted((rng.randint(0, 5), i, job) for i, job in enumerate(jobs))
+        own = sorted(
+            ((rng.randint(0, 5), -k - 1, f"p{k}") for k in range(rng.randint(0, 3))),
+            reverse=True,
+        )
+        replaced = set(rng.sample(jobs, k=rng.randint(0, min(3, len(jobs)))))
+        keys = {job: rng.choice(["a", "a", "a", "b"]) for job in jobs}
+        participants = {entry[2] for entry in own}
+        start = rng.randint(0, len(jobs))
+
+        at_once, one_by_one = _Leaf(base, replaced), _Leaf(base, replaced)
+        for made in (at_once, one_by_one):
+            made.pos, made.own, made.left = start, list(own), len(own)
+        at_once.skip_alike("a", _Keys(keys, rng.randint(0, len(jobs))), participants)  # type: ignore[arg-type]
+        while (job := one_by_one.head()) is not None:
+            if job in participants or keys[job] != "a":
+                break
+            one_by_one.pop()
+        assert at_once.pos == one_by_one.pos, f"case {case}"
+        assert at_once.own == one_by_one.own and at_once.head() == one_by_one.head()

@@ -111,6 +111,31 @@ class _Leaf:
         self.pos += 1
         return base[2]
 
+    def skip_alike(self, key: tuple, pool: PendingPool, participants: set[Job]) -> None:
+        """Pop the pool's jobs off the head while each comes before every participant
+        left here, is no participant and has queue key ``key`` (what popping them one
+        by one through :meth:`head` and :meth:`pop` does, in one loop: the run of alike
+        jobs skipped after a pass over can be long)."""
+        base, skip, own = self.base, self.skip, self.own
+        # An entry (key, seq, job) is below a participant's (key, seq) exactly when its
+        # first two items are: equal pairs compare the shorter tuple lower.
+        limit = own[-1][:2] if own else None
+        known = pool._queue_keys
+        pos, end = self.pos, len(base)
+        while pos < end:
+            entry = base[pos]
+            job = entry[2]
+            if job not in skip:
+                if limit is not None and not entry < limit:
+                    break
+                if job in participants:
+                    break
+                job_key = known[job] if job in known else pool.queue_key(job)
+                if job_key != key:
+                    break
+            pos += 1
+        self.pos = pos
+
 
 class SimulationQueue(JobQueue):
     """The jobs with a pending task (``pool``) and the ``participants`` (the victims' jobs
@@ -173,16 +198,10 @@ class SimulationQueue(JobQueue):
         """Skip the non-participants after ``skipped`` in ``leaf`` that the queue order
         cannot tell from it: with nothing else changed, each would win the same
         comparisons and be skipped in turn."""
-        key_of = self.pool.queue_key  # non-participants: the simulation leaves them be
-        key = key_of(skipped)
-        if key is None:
-            return
-        participants = self.participants
-        while True:
-            job = leaf.head()
-            if job is None or job in participants or key_of(job) != key:
-                return
-            leaf.pop()
+        # Non-participants: the simulation leaves them be, so the pool's keys hold.
+        key = self.pool.queue_key(skipped)
+        if key is not None:
+            leaf.skip_alike(key, self.pool, self.participants)
 
     def empty(self) -> bool:
         return not self.remaining
