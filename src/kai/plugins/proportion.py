@@ -70,6 +70,25 @@ def allocatable_shares(
     return np.where((deserved == UNLIMITED) & (limit == UNLIMITED), UNLIMITED, capped)
 
 
+def _dominant_share(scale: list[float], vec: list[float]) -> float:
+    """The largest of ``vec``'s shares of ``scale`` (resource by resource; a resource of
+    no scale counts 1000 times its amount)."""
+    best = 0.0
+    for cap, value in zip(scale, vec):
+        share = value / cap if cap > 0 else value * 1000.0
+        if share > best:  # max(best, share), without the call
+            best = share
+    return best
+
+
+def _uses_missing(allocatable: list[float], total: list[float]) -> bool:
+    """Whether ``total`` holds some of a resource the queue may hold none of."""
+    for cap, amount in zip(allocatable, total):
+        if cap == 0 and amount > 0:
+            return True
+    return False
+
+
 def _within(deserved: list[float], total: list[float]) -> bool:
     """Whether ``total`` stays within the deserved quota (unlimited where it is -1)."""
     for d, t in zip(deserved, total):  # a loop: cheaper than all() over a generator
@@ -622,30 +641,26 @@ class ProportionPlugin(Plugin):
     # operations in the same order as on the arrays, so the same answers, without
     # numpy's per-call cost on three-element arrays (allocate compares queues after
     # every placement).
-    def _dominant_share(self, allocatable: list[float], vec: list[float]) -> float:
-        best = 0.0
-        for cap, value, total in zip(allocatable, vec, self.total.tolist()):
-            if cap == UNLIMITED:
-                cap = total
-            best = max(best, value / cap if cap > 0 else value * 1000.0)
-        return best
-
     def _order_view(self, share: QueueShare) -> tuple:
         """What :meth:`queue_order` reads of a queue apart from its job: allocated,
-        over its fair share, deserved, allocatable share, dominant share.  Kept until
-        the queue's allocation or fair share changes (compared by value)."""
+        over its fair share, deserved, allocatable share, the scale of its dominant
+        share (the allocatable share, the cluster's total where unlimited) and its
+        dominant share.  Kept until the queue's allocation or fair share changes
+        (compared by value)."""
         key = (share.allocated.tobytes(), share.fair_share.tobytes())
         cached = share.__dict__.get("_order_view")
         if cached is not None and cached[0] == key and cached[1] is self.total:
             return cached[2]
         alloc = share.allocated.tolist()
         cap = share.allocatable_share().tolist()
+        scale = [t if c == UNLIMITED else c for c, t in zip(cap, self.total.tolist())]
         view = (
             alloc,
             all(f < a for f, a in zip(share.fair_share.tolist(), alloc)),
             share.deserved.tolist(),
             cap,
-            self._dominant_share(cap, alloc),
+            scale,
+            _dominant_share(scale, alloc),
         )
         share.__dict__["_order_view"] = (key, self.total, view)
         return view
@@ -662,15 +677,15 @@ class ProportionPlugin(Plugin):
         ls, rs = self.shares.get(left.name), self.shares.get(right.name)
         if ls is None or rs is None:
             return 0
-        lalloc, lover, ldeserved, lcap, lds_alone = self._order_view(ls)
-        ralloc, rover, rdeserved, rcap, rds_alone = self._order_view(rs)
+        lalloc, lover, ldeserved, lcap, lscale, lds_alone = self._order_view(ls)
+        ralloc, rover, rdeserved, rcap, rscale, rds_alone = self._order_view(rs)
 
         # 1. under-utilized queues before over-utilized ones
         if lover != rover:
             return 1 if lover else -1
         # 2. starved queues (within deserved even with the job) first
-        lwith = [a + r for a, r in zip(lalloc, self.job_request(left_job).tolist())]
-        rwith = [a + r for a, r in zip(ralloc, self.job_request(right_job).tolist())]
+        lwith = [a + r for a, r in zip(lalloc, self._job_request_values(left_job))]
+        rwith = [a + r for a, r in zip(ralloc, self._job_request_values(right_job))]
         lstarved = _within(ldeserved, lwith)
         rstarved = _within(rdeserved, rwith)
         if lstarved != rstarved:
@@ -679,8 +694,8 @@ class ProportionPlugin(Plugin):
         if ls.priority != rs.priority:
             return -1 if ls.priority > rs.priority else 1
         # 4. a queue that would use a resource it may not have goes last
-        lzero = any(c == 0 and t > 0 for c, t in zip(lcap, lwith))
-        rzero = any(c == 0 and t > 0 for c, t in zip(rcap, rwith))
+        lzero = _uses_missing(lcap, lwith)
+        rzero = _uses_missing(rcap, rwith)
         if lzero != rzero:
             return 1 if lzero else -1
         # 5. smaller dominant share with the job (and without the victims taken so far)
@@ -688,8 +703,8 @@ class ProportionPlugin(Plugin):
             lwith = [t - v for t, v in zip(lwith, self._victims_held(left_victims))]
         if right_victims:
             rwith = [t - v for t, v in zip(rwith, self._victims_held(right_victims))]
-        lds = self._dominant_share(lcap, lwith)
-        rds = self._dominant_share(rcap, rwith)
+        lds = _dominant_share(lscale, lwith)
+        rds = _dominant_share(rscale, rwith)
         if lds != rds:
             return -1 if lds < rds else 1
         # 6. smaller dominant share without it
@@ -712,17 +727,24 @@ class ProportionPlugin(Plugin):
 
     def job_request(self, job: Job | None) -> np.ndarray:
         """What the queue order reads of a job: the summed request of its next pods."""
+        return self._job_request_entry(job)[0]
+
+    def _job_request_values(self, job: Job | None) -> list[float]:
+        """:meth:`job_request` as Python floats."""
+        return self._job_request_entry(job)[1]
+
+    def _job_request_entry(self, job: Job | None) -> tuple[np.ndarray, list[float]]:
         if job is None:
-            return np.zeros(len(QUEUE_RESOURCES))
+            return np.zeros(len(QUEUE_RESOURCES)), [0.0] * len(QUEUE_RESOURCES)
         # Cached per job state: the next chunk (gang, then one pod at a time) changes
         # whenever one of the job's tasks changes status, as KAI invalidates its cache.
         # The pods are named too: views of one job may hold different pods.
-        state = tuple((t.uid, t.status, t.virtually_evicted) for t in job.tasks)
+        state = tuple([(t.uid, t.status, t.virtually_evicted) for t in job.tasks])
         key = ("proportion.job_request", job.key, state)
         cached = self.ssn.cache.get(key)
         if cached is None:
-            cached = self.request_of(tasks_to_allocate(self.ssn, job))
-            self.ssn.cache[key] = cached
+            request = self.request_of(tasks_to_allocate(self.ssn, job))
+            cached = self.ssn.cache[key] = (request, request.tolist())
         return cached
 
     def _victims_held(self, victims: list[Job]) -> tuple[float, float, float]:
