@@ -114,6 +114,24 @@ def test_easier_than():
     assert not easier_than(fp(), rep)
 
 
+def test_easier_than_on_few_rows_decides_as_on_arrays(monkeypatch):
+    """Footprints of a few rows are compared in Python floats; the array comparison,
+    which longer ones take, must give the same answers."""
+    import random
+
+    import kai.actions.signatures as signatures
+
+    rng = random.Random(5)
+    pairs = []
+    for _ in range(2000):
+        rows = [tuple(rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(3)) for _ in range(4)]
+        pairs.append((fp(*rows[: rng.randint(0, 3)]), fp(*rows[rng.randint(0, 3) :])))
+    few = [easier_than(a, b) for a, b in pairs]
+    monkeypatch.setattr(signatures, "_FEW_ROWS", 0)
+    assert few == [easier_than(a, b) for a, b in pairs]
+    assert 0 < sum(few) < len(few)
+
+
 def test_no_larger_than():
     rep = fp((1, 1, 2), (1, 1, 2))
     assert no_larger_than(fp((1, 1, 2), (1, 1, 2)), rep)

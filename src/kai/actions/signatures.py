@@ -28,25 +28,53 @@ that is not easier than it (KAI's ``MinimalJobRepresentatives``, reference sec. 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task, TaskStatus
-from kai.api.objects import PodObject
+from kai.api.objects import NodeSelectorTerm, PodObject, PreferredSchedulingTerm, Toleration
 from kai.framework.session import Session
 
 
 def pod_signature(pod: PodObject) -> str:
     """Stable hash of the pod's placement constraints (not of its resource request)."""
+    required, preferred = pod.required_node_affinity, pod.preferred_node_affinity
+    # Hashable, and the containers' types kept where the hash prints them.
+    return _constraints_digest(
+        tuple(sorted(pod.node_selector.items())),
+        None if required is None else tuple(required),
+        type(preferred),
+        tuple(preferred),
+        tuple(pod.tolerations),
+        pod.priority_class_name or "",
+        type(pod.priority).__name__,  # equal numbers of other types print differently
+        pod.priority,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _constraints_digest(
+    selector: tuple[tuple[str, str], ...],
+    required: tuple[NodeSelectorTerm, ...] | None,
+    preferred_type: type,
+    preferred: tuple[PreferredSchedulingTerm, ...],
+    tolerations: tuple[Toleration, ...],
+    class_name: str,
+    _priority_type: str,
+    priority: int | None,
+) -> str:
+    """The hash of a pod's constraints, once per distinct set: the pods of a workload
+    share theirs, and printing them is what the hash costs."""
     parts = (
-        ("nodeSelector", tuple(sorted(pod.node_selector.items()))),
-        ("required", pod.required_node_affinity),
-        ("preferred", pod.preferred_node_affinity),
-        ("tolerations", [(t.key, t.operator, t.value, t.effect) for t in pod.tolerations]),
-        ("priorityClassName", pod.priority_class_name or ""),
-        ("priority", pod.priority),
+        ("nodeSelector", selector),
+        ("required", None if required is None else list(required)),
+        ("preferred", preferred if preferred_type is tuple else preferred_type(preferred)),
+        ("tolerations", [(t.key, t.operator, t.value, t.effect) for t in tolerations]),
+        ("priorityClassName", class_name),
+        ("priority", priority),
     )
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
@@ -64,9 +92,17 @@ def _task_signature(task: Task, cache: dict[int, tuple[PodObject, str]] | None) 
 
 def job_signature(job: Job, cache: dict[int, tuple[PodObject, str]] | None = None) -> str:
     """Hash of the sorted signatures of the job's pods that are not actively allocated."""
-    pods = sorted(_task_signature(t, cache) for t in job.tasks if t.status not in ACTIVE_ALLOCATED)
+    pods = sorted(
+        [_task_signature(t, cache) for t in job.tasks if t.status not in ACTIVE_ALLOCATED]
+    )
+    return _signatures_digest(tuple(pods))
+
+
+@functools.lru_cache(maxsize=4096)
+def _signatures_digest(signatures: tuple[str, ...]) -> str:
+    """The hash of a job's sorted pod signatures (alike jobs share them)."""
     digest = hashlib.sha256()
-    for signature in pods:
+    for signature in signatures:
         digest.update(signature.encode())
     return digest.hexdigest()
 
@@ -109,9 +145,28 @@ def easier_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
         return False
     if n < m:
         return True
+    if m <= _FEW_ROWS:
+        # Python floats compare as numpy's float64 do, without its cost per call on
+        # small arrays (most jobs have a pod or a few to place).
+        return any(map(_strictly_below, footprint[:m].tolist(), rep.tolist()))
     head = footprint[:m]
     smaller = (head <= rep).all(axis=1) & (head != rep).any(axis=1)
     return bool(smaller.any())
+
+
+#: Up to how many rows :func:`easier_than` compares in Python.
+_FEW_ROWS = 8
+
+
+def _strictly_below(row: list[float], bound: list[float]) -> bool:
+    """Whether ``row`` is <= ``bound`` in every component and differs in one."""
+    differs = False
+    for value, limit in zip(row, bound):
+        if not value <= limit:
+            return False
+        if value != limit:
+            differs = True
+    return differs
 
 
 def no_larger_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
