@@ -153,11 +153,13 @@ def simulate(
     """Run one scheduling session on SNAPSHOT file(s) and print the decisions."""
     from kai.engine import Snapshot, run_session
     from kai.fairshare import load_usage_file
+    from kai.memory import gc_paused
     from kai.output import SimulateProgress
 
     # A large simulation shows its phases on a terminal's stderr; the display is gone
-    # before anything is written to stdout.
-    with SimulateProgress(snapshot) as phases:
+    # before anything is written to stdout.  Loading, scheduling and writing the result
+    # make many objects and no garbage cycles: the collector is paused throughout.
+    with gc_paused(), SimulateProgress(snapshot) as phases:
         phases.phase("loading")
         snap = Snapshot.from_files(list(snapshot))
         phases.loaded(len(snap.objects.pods))

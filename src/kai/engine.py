@@ -6,7 +6,6 @@ This is what ``import kai`` exposes; ``kai simulate`` is a thin layer over it.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from kai.api.preemptibility import (
 from kai.config import SchedulerConfig, check_action_names
 from kai.fairshare import QUEUE_USAGE_KEY, UsageTable, check_usage_table
 from kai.framework.session import Decision, Session
+from kai.memory import gc_paused
 from kai.snapshot.builder import build_state
 from kai.snapshot.partition import partition
 
@@ -246,14 +246,8 @@ def _run_one(
     # A session allocates many small, long-lived objects (tasks, jobs, decisions) and
     # frees them together: the cyclic collector's passes over them cost a third of a
     # large session and find nothing, so it is paused for the session's duration.
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
+    with gc_paused():
         return _session(snapshot, config, now, backend, queue_usage)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _session(

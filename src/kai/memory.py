@@ -20,6 +20,7 @@ long-running scheduler holds for its whole life (the cluster cache and its conve
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
@@ -38,6 +39,22 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 # glibc keeps blocks below this size in its heap instead of mapping each one on its own.
 _MMAP_THRESHOLD = 32 << 20
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (one already paused stays paused).
+
+    For work that makes many objects and no garbage cycles (loading a snapshot, a
+    session, writing its result): the collector's passes would walk the whole growing
+    heap and find nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def budget_mib() -> int:
@@ -120,16 +137,9 @@ class CycleCollector:
         self.clock = clock
         self._last_full: float | None = None
 
-    @contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> contextlib.AbstractContextManager[None]:
         """No collection inside (one already paused stays paused)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            yield
-        finally:
-            if enabled:
-                gc.enable()
+        return gc_paused()
 
     def settle(self) -> None:
         """Collect the garbage cycles of the objects made since the last call (of all

@@ -21,7 +21,6 @@ usage refresh).
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
@@ -47,6 +46,7 @@ from kai.api.resources import CPU, GPU, MEMORY, PODS
 from kai.config import SchedulerConfig
 from kai.fairshare import QUEUE_USAGE_KEY, UsageParams, UsageTracker
 from kai.framework.session import Decision, Session
+from kai.memory import gc_paused
 from kai.replay.trace import TraceJob
 from kai.snapshot.builder import (
     GPU_FRACTION_ANNOTATION,
@@ -231,17 +231,14 @@ class Replay:
         """Simulate until the end (or ``until``); Ctrl-C or a trace error stop it
         with everything simulated so far kept in :attr:`result`."""
         wall = time.perf_counter()
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()  # sessions make many short-lived objects and no garbage cycles
         try:
-            while self.step():
-                if progress is not None:
-                    progress(self.now, self.result)
+            # Sessions make many short-lived objects and no garbage cycles.
+            with gc_paused():
+                while self.step():
+                    if progress is not None:
+                        progress(self.now, self.result)
             self.result.complete = True
         finally:
-            if paused:
-                gc.enable()
             # The periods a simulator without jumps would have run, up to the end.
             self.result.periods = int(self.result.end // self.period + 1e-9) + 1
             self.result.wall_seconds += time.perf_counter() - wall

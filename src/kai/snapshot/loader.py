@@ -13,8 +13,6 @@ Public functions: :func:`load_files`, :func:`load_text`, :func:`load_objects`,
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
 import os
@@ -54,6 +52,7 @@ from kai.api.objects import (
     Toleration,
 )
 from kai.api.quantity import parse_duration, parse_quantity, parse_time, to_canonical
+from kai.memory import gc_paused
 
 __all__ = ["load_files", "load_text", "load_objects", "load_config_file", "convert_object"]
 
@@ -1329,19 +1328,6 @@ def _expand(paths: Sequence[str]) -> list[str]:
     return out
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many objects: its full
-    collections over the growing object graph otherwise double the load time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def load_files(paths: Sequence[str]) -> ClusterObjects:
     """Load YAML/JSON manifest files (``-`` is stdin; a directory means its *.yaml, *.yml
     and *.json files) into one :class:`ClusterObjects`.
@@ -1351,7 +1337,7 @@ def load_files(paths: Sequence[str]) -> ClusterObjects:
     if isinstance(paths, str):
         paths = [paths]
     builder = _Builder()
-    with _gc_paused():
+    with gc_paused():
         for path in _expand(paths):
             text, file = _read(path)
             for index, doc in _iter_documents(text, file):
@@ -1363,7 +1349,7 @@ def load_files(paths: Sequence[str]) -> ClusterObjects:
 def load_text(text: str, file: str = "<string>") -> ClusterObjects:
     """Load manifests from a YAML or JSON string; ``file`` names it in error messages."""
     builder = _Builder()
-    with _gc_paused():
+    with gc_paused():
         for index, doc in _iter_documents(text, file):
             builder.add_document(doc, file, index)
         return builder.finish()
@@ -1377,7 +1363,7 @@ def load_objects(objs: Iterable[dict], file: str = "<python>") -> ClusterObjects
     if isinstance(objs, dict):
         objs = [objs]
     builder = _Builder()
-    with _gc_paused():
+    with gc_paused():
         for index, doc in enumerate(objs):
             builder.add_document(doc, file, index)
         return builder.finish()
