@@ -23,7 +23,6 @@ from datetime import date, datetime, timezone
 from typing import Any
 
 import orjson
-import yaml
 
 from kai import _fast
 from kai.api.errors import ConfigError, InputError
@@ -55,8 +54,6 @@ from kai.api.quantity import parse_duration, parse_quantity, parse_time, to_cano
 from kai.memory import gc_paused
 
 __all__ = ["load_files", "load_text", "load_objects", "load_config_file", "convert_object"]
-
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 ANNOTATION_LAST_START = "kai.scheduler/last-start-timestamp"
 ANNOTATION_STALE = "kai.scheduler/stale-podgroup-timestamp"
@@ -1213,7 +1210,9 @@ def _yaml_documents(text: str) -> Iterator[Any]:
     else (numbers, booleans, timestamps, merge keys, ...) goes through PyYAML's own
     safe constructor, so the result is the same as ``yaml.safe_load_all``.
     """
-    loader = _YamlLoader(text)
+    import yaml  # here: a JSON snapshot never pays for importing PyYAML
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
     construct_object = loader.construct_object
     mapping_node = yaml.MappingNode
     sequence_node = yaml.SequenceNode
@@ -1289,6 +1288,8 @@ def _iter_documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
         else:
             yield 0, doc
             return
+    import yaml
+
     index = 0
     try:
         for doc in _yaml_documents(text):
