@@ -285,6 +285,28 @@ def test_every_job_left_is_passed_over_with_the_representative_of_its_failure():
     assert statuses(out)["default/s-0"] == PIPE("n0")
 
 
+def test_jobs_passed_over_name_the_representative_of_the_last_failure():
+    # p fails; the next check passes r0..r3 over (equivalent to p) and finds y, which
+    # asks for less.  y is tried and fails too, and replaces p as the representative
+    # its key: when every job left is passed over, r0..r3 name y.
+    out = act_out(
+        [
+            *SIG_BASE,
+            *job("p", "q1", gpus=2, pc="build", created=9),
+            *job("y", "q1", gpus=2, pc="build", created=10, cpu="500m"),
+            *[o for i in range(4) for o in job(f"r{i}", "q1", gpus=2, pc="build", created=11 + i)],
+        ],
+        "reclaim",
+    )
+    groups = out["podGroups"]
+    assert out["decisions"] == []
+    assert not any("equivalent" in e for e in groups["default/y"]["explain"])
+    for i in range(4):
+        assert groups[f"default/r{i}"]["explain"] == [
+            "Reclaim: skipped, equivalent to already failed job default/y"
+        ]
+
+
 def test_pod_signatures_are_kept_with_the_state_across_sessions(monkeypatch):
     """A state that lives across sessions (the replay's) hashes each pod once; the cache
     is emptied once it holds many more pods than the state."""
