@@ -165,12 +165,6 @@ def run_eviction_action(
 
     # A job the loop would try, found by the last check of the jobs left (see below).
     tried_next: Job | None = None
-    # The jobs those checks found passed over, since the last commit.  Only a commit
-    # changes what passed_over reads of a job and of the cluster, and a failure only
-    # adds a representative or replaces one by a smaller one (a job not easier than a
-    # representative is not easier than a smaller one): they stay passed over, and the
-    # next check goes past them.  Their fit errors are read when every job is.
-    known_passed_over: set[Job] = set()
 
     def rest_passed_over() -> list[tuple[Job, str | None]] | None:
         """When the loop would pass over every job left in the queue: each with its fit
@@ -180,15 +174,14 @@ def run_eviction_action(
         left = queue.jobs()
         if tried_next in left and not passed_over(tried_next)[0]:
             return None  # usually still to be tried: nothing more needs checking
+        out = []
         for job in left:
-            if job in known_passed_over:
-                continue
-            if not passed_over(job)[0]:
+            over, message = passed_over(job)
+            if not over:
                 tried_next = job
                 return None
-            known_passed_over.add(job)
-        # The representative a fit error names may have changed since a job was seen.
-        return [(job, passed_over(job)[1]) for job in left]
+            out.append((job, message))
+        return out
 
     def solve_in_order() -> None:
         check_rest = True  # at first, and after each failure (see rest_passed_over)
@@ -225,7 +218,6 @@ def run_eviction_action(
             if result.solved and result.statement is not None:
                 touched = {op.task.job for op in result.statement.ops}
                 result.statement.commit()
-                known_passed_over.clear()
                 if pool is not None:
                     pool.update(touched)
                 if pending is not None:
