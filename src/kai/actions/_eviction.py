@@ -163,6 +163,16 @@ def run_eviction_action(
             return True, problem
         return False, None
 
+    # What passed_over said of each job since the loop last tried one.  Passing jobs
+    # over changes nothing; only trying one does (a commit, or a new representative).
+    verdicts: dict[Job, tuple[bool, str | None]] = {}
+
+    def passed_over_now(job: Job) -> tuple[bool, str | None]:
+        found = verdicts.get(job)
+        if found is None:
+            found = verdicts[job] = passed_over(job)
+        return found
+
     # A job the loop would try, found by the last check of the jobs left (see below).
     tried_next: Job | None = None
 
@@ -172,11 +182,11 @@ def run_eviction_action(
         would pop them does not matter, and they need no queue comparisons."""
         nonlocal tried_next
         left = queue.jobs()
-        if tried_next in left and not passed_over(tried_next)[0]:
+        if tried_next in left and not passed_over_now(tried_next)[0]:
             return None  # usually still to be tried: nothing more needs checking
         out = []
         for job in left:
-            over, message = passed_over(job)
+            over, message = passed_over_now(job)
             if not over:
                 tried_next = job
                 return None
@@ -186,6 +196,8 @@ def run_eviction_action(
     def solve_in_order() -> None:
         check_rest = True  # at first, and after each failure (see rest_passed_over)
         last: Job | None = None  # the job just passed over
+        # Leaves not to be taken whole (see below) until the loop tries a job.
+        partly_alike: set[str] = set()
         while True:
             if check_rest:
                 check_rest = False
@@ -195,18 +207,33 @@ def run_eviction_action(
                         if reason is not None:
                             ssn.record_fit_error(left, reason)
                     return
+            if last is not None and (leaf := last.queue or "") not in partly_alike:
+                # The loop would pop and pass over every job left in this leaf, one
+                # by one (each a heap pop): they go at once.
+                taken = queue.take_alike_leaf(last, lambda other: passed_over_now(other)[0])
+                if taken is None:
+                    partly_alike.add(leaf)
+                else:
+                    for left in taken:
+                        reason = passed_over_now(left)[1]
+                        if reason is not None:
+                            ssn.record_fit_error(left, reason)
+                    last = None
             # After a job passed over nothing changed: the next job of its leaf that
             # the queue order cannot tell from it comes next, with no comparisons.
             job = (queue.pop_alike(last) if last is not None else None) or queue.pop()
             last = None
             if job is None:
                 return
-            over, message = passed_over(job)
+            over, message = passed_over_now(job)
             if over:
                 if message is not None:
                     ssn.record_fit_error(job, message)
                 last = job
                 continue
+            # The job is tried: what passed_over says of the others may change.
+            verdicts.clear()
+            partly_alike.clear()
             if precheck is not None and not precheck(job):
                 if failed is not None:
                     failed.failed(job)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 import numpy as np
@@ -273,6 +273,28 @@ class JobQueue:
         if key is None or self.ssn.queue_order_job_key(heap[0].job) != key:
             return None
         return heapq.heappop(heap).job
+
+    def take_alike_leaf(self, job: Job, accept: Callable[[Job], bool]) -> list[Job] | None:
+        """Every job left in ``job``'s leaf, taken out at once, when :meth:`pop_alike`
+        after ``job`` would return each of them in turn and the caller would take each
+        (``accept``): they all read as ``job`` does to the queue order.  Else None, and
+        the queue is unchanged.  The order they would have come in is not worked out:
+        for callers to whom it does not matter (it takes comparisons)."""
+        if self.victim_mode:
+            return None
+        heap = self.heaps.get(job.queue or "")
+        if not heap:
+            return None
+        key_of = self.ssn.queue_order_job_key
+        key = key_of(job)
+        if key is None:
+            return None
+        jobs = [entry.job for entry in heap]
+        for other in jobs:
+            if key_of(other) != key or not accept(other):
+                return None
+        heap.clear()
+        return jobs
 
     def pop(self) -> Job | None:
         best = self._best_among(self.children.get(None, []), {})
