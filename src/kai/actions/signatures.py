@@ -123,13 +123,18 @@ def pending_footprint(job: Job) -> np.ndarray:
     request vector's gpu entry is 0 for them).  Lexicographic order extends the
     componentwise order, so equal multisets give equal arrays.
     """
+    return np.asarray(_footprint_rows(job), dtype=float)
+
+
+def _footprint_rows(job: Job) -> list[tuple[float, ...]]:
+    """The rows of :func:`pending_footprint`, sorted."""
     rows = [
         (*t.request.tolist(), t.gpu_fraction, t.gpu_memory_mib)
         for t in job.tasks
         if t.status is TaskStatus.PENDING
     ]
     rows.sort()
-    return np.asarray(rows, dtype=float)
+    return rows
 
 
 @dataclass
@@ -190,6 +195,8 @@ class _Known:
 #: Where a session keeps what :class:`FailedRepresentatives` learnt of its jobs: every
 #: eviction action asks about the same pending jobs, most of them unchanged.
 _KNOWN_KEY = "signatures.known"
+#: Where it keeps the footprints its jobs share.
+_FOOTPRINTS_KEY = "signatures.footprints"
 
 
 class FailedRepresentatives:
@@ -209,6 +216,9 @@ class FailedRepresentatives:
         # every job left after each failure, and most have not changed since.  Shared
         # by the session's actions (a job's pods are the same objects all session long).
         self._known: dict[Job, _Known] = ssn.cache.setdefault(_KNOWN_KEY, {})
+        # One read-only footprint per distinct value: alike jobs share it, and with it
+        # the comparisons with a representative kept by the two footprints (below).
+        self._footprints: dict[tuple, np.ndarray] = ssn.cache.setdefault(_FOOTPRINTS_KEY, {})
         self._easier: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
 
     def _known_of(self, job: Job) -> _Known:
@@ -228,8 +238,12 @@ class FailedRepresentatives:
         (read only: the representatives keep it)."""
         known = self._known_of(job)
         if known.footprint is None:
-            known.footprint = pending_footprint(job)
-            known.footprint.flags.writeable = False
+            rows = tuple(_footprint_rows(job))
+            shared = self._footprints.get(rows)
+            if shared is None:
+                shared = self._footprints[rows] = np.asarray(rows, dtype=float)
+                shared.flags.writeable = False
+            known.footprint = shared
         return known.footprint
 
     def equivalent_failed(self, job: Job) -> Job | None:
