@@ -20,14 +20,13 @@ long-running scheduler holds for its whole life (the cluster cache and its conve
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
 import os
 import platform
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from kai.api.errors import InputError
 
@@ -137,7 +136,7 @@ class CycleCollector:
         self.clock = clock
         self._last_full: float | None = None
 
-    def paused(self) -> contextlib.AbstractContextManager[None]:
+    def paused(self) -> AbstractContextManager[None]:
         """No collection inside (one already paused stays paused)."""
         return gc_paused()
 
