@@ -230,13 +230,17 @@ class FailedRepresentatives:
         return known
 
     def key(self, job: Job) -> tuple:
-        signature = self._known_of(job).signature
-        return (job.queue, signature) if self.per_queue else (signature,)
+        return self._key(job, self._known_of(job))
+
+    def _key(self, job: Job, known: _Known) -> tuple:
+        return (job.queue, known.signature) if self.per_queue else (known.signature,)
 
     def footprint(self, job: Job) -> np.ndarray:
         """:func:`pending_footprint` of ``job``, remembered while its pods' statuses hold
         (read only: the representatives keep it)."""
-        known = self._known_of(job)
+        return self._footprint(job, self._known_of(job))
+
+    def _footprint(self, job: Job, known: _Known) -> np.ndarray:
         if known.footprint is None:
             rows = tuple(_footprint_rows(job))
             shared = self._footprints.get(rows)
@@ -250,11 +254,11 @@ class FailedRepresentatives:
         """The failed representative that ``job`` is not easier than (None: try the job)."""
         if not self._reps or (self.per_queue and job.queue not in self._queues):
             return None
-        key = self.key(job)
-        rep = self._reps.get(key)
+        known = self._known_of(job)  # read once: its pods' statuses make a tuple
+        rep = self._reps.get(self._key(job, known))
         if rep is None:
             return None
-        footprint = self.footprint(job)
+        footprint = self._footprint(job, known)
         # The same jobs are asked about after every failure, most of them unchanged: the
         # comparison is kept by the two (read-only) footprints it read.
         pair = (id(footprint), id(rep.footprint))
