@@ -736,3 +736,28 @@ def test_a_victim_queue_compares_again_after_a_queue_changes() -> None:
         return order
 
     assert pops(True) == pops(False) == ["default/c0", "default/a0", "default/b0"]
+
+
+def test_every_node_with_a_shared_device_is_among_the_shared_nodes() -> None:
+    # Walks over the shared devices (the victim search's GPU capacity) read only the
+    # node table's shared nodes: allocating, evicting and restoring fractional pods must
+    # keep every node that holds a device among them.
+    from kai.actions import get_action, register_builtins
+    from kai.bench import SCENARIOS
+    from kai.bench_clusters import NOW as BENCH_NOW
+
+    register_builtins()
+    scenario = SCENARIOS["fractional"]
+    snap = kai.Snapshot(scenario.build(scenario.sizes["small"]).objects())
+    config = SchedulerConfig.default()
+    ssn = Session(snap.state(), config, now=BENCH_NOW)
+    ssn.open(config.build_plugins())
+    seen = 0
+    for action in ("allocate", "consolidation", "reclaim", "preempt"):
+        ssn.current_action = action
+        get_action(action)(ssn)
+        holding = {i for i, groups in enumerate(ssn.nodes.gpu_groups) if groups}
+        assert holding <= ssn.nodes.shared_nodes, action
+        seen = max(seen, len(holding))
+    assert seen > 0  # the scenario does share devices
+    ssn.close()

@@ -545,6 +545,9 @@ class NodeTable:
         self.releasing = np.zeros((n, r), dtype=np.float64)
         self.used = np.zeros((n, r), dtype=np.float64)
         self.gpu_groups: list[dict[str, GpuGroup]] = [{} for _ in range(n)]
+        # The nodes whose shared devices ever changed (see _refresh_shared_free): every
+        # node with a shared device is one, so walks over the devices need read no other.
+        self.shared_nodes: set[int] = set()
         self.tasks: list[set[Task]] = [set() for _ in range(n)]
         # GPU memory per device in MiB, from the label nvidia.com/gpu.memory (0 = unknown).
         # Nodes of one kind share the label's value: each distinct value is parsed once.
@@ -770,6 +773,7 @@ class NodeTable:
         Kept per node so that fitting a fractional task is one vector comparison over
         all nodes instead of a walk over every node's devices.
         """
+        self.shared_nodes.add(i)
         idle = any_ = -1.0
         for group in self.gpu_groups[i].values():
             # A device all of whose tenants are being released is offered as a whole

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -150,7 +149,7 @@ def node_gpu_capacity(ssn: Session) -> np.ndarray:
         return cached[2].copy()
     cap = nodes.idle[:, GPU] + nodes.releasing[:, GPU]
     table = nodes.gpu_groups
-    for i in compress(range(len(table)), table):  # the nodes with shared devices
+    for i in nodes.shared_nodes:  # the nodes with shared devices (and a few without)
         for group in table[i].values():
             if group.state() == "busy":
                 cap[i] += max(0.0, group.free_counting_releasing())
