@@ -130,6 +130,11 @@ class QueueKernel:
     total: np.ndarray
 
 
+#: A share's values derived from its arrays, each kept with the values it was made of
+#: (QueueShare.allocatable_share, ProportionPlugin._order_view).
+_DERIVED = ("_allocatable", "_order_view")
+
+
 @dataclass
 class QueueShare:
     """Per-queue accounting, arrays indexed [cpu, memory, gpu]."""
@@ -147,7 +152,7 @@ class QueueShare:
     request: np.ndarray
 
     def clone(self) -> QueueShare:
-        return QueueShare(
+        copy = QueueShare(
             self.name,
             self.parent,
             self.priority,
@@ -160,6 +165,12 @@ class QueueShare:
             self.allocated_non_preemptible.copy(),
             self.request.copy(),
         )
+        # What is derived from the arrays is kept with the values it was made of, so it
+        # holds for the copy too (a search clones every share when it starts).
+        for derived in _DERIVED:
+            if derived in self.__dict__:
+                copy.__dict__[derived] = self.__dict__[derived]
+        return copy
 
     def allocatable_share(self) -> np.ndarray:
         """What the queue may hold: max(deserved, fair share), capped by its limit.
