@@ -101,10 +101,12 @@ def _over_bound(bound: np.ndarray, used: np.ndarray, request: list[float]) -> li
     return over if any(over) else None
 
 
-def _within(deserved: list[float], total: list[float]) -> bool:
-    """Whether ``total`` stays within the deserved quota (unlimited where it is -1)."""
-    for d, t in zip(deserved, total):  # a loop: cheaper than all() over a generator
-        if d != UNLIMITED and not t <= d + 1e-9:
+def within_bound(bound: list[float], values: list[float]) -> bool:
+    """Whether ``values`` stay within ``bound`` in every resource (unlimited where it is
+    -1), to 1e-9: a queue's quota or fair share, in Python floats (the same operations as
+    on arrays, without numpy's cost per call on three values)."""
+    for b, v in zip(bound, values):  # a loop: cheaper than all() over a generator
+        if b != UNLIMITED and not v <= b + 1e-9:
             return False
     return True
 
@@ -709,8 +711,8 @@ class ProportionPlugin(Plugin):
         # 2. starved queues (within deserved even with the job) first
         lwith = [a + r for a, r in zip(lalloc, self._job_request_values(left_job))]
         rwith = [a + r for a, r in zip(ralloc, self._job_request_values(right_job))]
-        lstarved = _within(ldeserved, lwith)
-        rstarved = _within(rdeserved, rwith)
+        lstarved = within_bound(ldeserved, lwith)
+        rstarved = within_bound(rdeserved, rwith)
         if lstarved != rstarved:
             return -1 if lstarved else 1
         # 3. queue priority

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kai.api.model import QUEUE_RESOURCES, Job, Task, queue_path
+from kai.plugins.proportion import within_bound
 
 if TYPE_CHECKING:
     from kai.framework import Session
@@ -34,14 +35,8 @@ EPS = 1e-9
 
 
 def _le(value: np.ndarray, bound: np.ndarray) -> bool:
-    """value <= bound in every resource, -1 bounds being unlimited.
-
-    In Python floats: the same operations as on the arrays, without numpy's cost per
-    call on three values (the validator asks it per victim chunk)."""
-    for v, b in zip(value.tolist(), bound.tolist()):
-        if not (b == UNLIMITED or v <= b + EPS):
-            return False
-    return True
+    """value <= bound in every resource, -1 bounds being unlimited."""
+    return within_bound(bound.tolist(), value.tolist())
 
 
 def _le_rows(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
@@ -148,13 +143,9 @@ class ReclaimRules:
         share = self.plugin.shares.get(job.queue or "")
         if share is None:
             return False
-        # In Python floats: the same operations as on the arrays, without numpy's cost
-        # per call on three values (every pending job is asked, by every check).
         request = self.request(job)
-        fair = share.fair_share.tolist()
-        for allocated, asked, bound in zip(share.allocated.tolist(), request.tolist(), fair):
-            if not (allocated + asked <= bound + EPS or bound == UNLIMITED):
-                return False
+        if not _le(share.allocated + request, share.fair_share):
+            return False
         if job.preemptible:
             return True
         return _le(share.allocated_non_preemptible + request, share.deserved)
