@@ -132,9 +132,11 @@ class QueueKernel:
     total: np.ndarray
 
 
-#: A share's values derived from its arrays, each kept with the values it was made of
-#: (QueueShare.allocatable_share, ProportionPlugin._order_view).
-_DERIVED = ("_allocatable", "_order_view")
+#: Where a share keeps the values derived from its arrays, each with the values it was
+#: made of: QueueShare.allocatable_share, ProportionPlugin._order_view.
+_ALLOCATABLE = "_allocatable"
+_ORDER_VIEW = "_order_view"
+_DERIVED = (_ALLOCATABLE, _ORDER_VIEW)
 
 
 @dataclass
@@ -181,12 +183,12 @@ class QueueShare:
         comparison); the returned array is read-only.
         """
         key = (self.deserved.tobytes(), self.fair_share.tobytes(), self.limit.tobytes())
-        cached = self.__dict__.get("_allocatable")
+        cached = self.__dict__.get(_ALLOCATABLE)
         if cached is not None and cached[0] == key:
             return cached[1]
         value = allocatable_shares(self.deserved, self.fair_share, self.limit)
         value.flags.writeable = False
-        self.__dict__["_allocatable"] = (key, value)
+        self.__dict__[_ALLOCATABLE] = (key, value)
         return value
 
     def requestable(self) -> np.ndarray:
@@ -673,7 +675,7 @@ class ProportionPlugin(Plugin):
         dominant share.  Kept until the queue's allocation or fair share changes
         (compared by value)."""
         key = (share.allocated.tobytes(), share.fair_share.tobytes())
-        cached = share.__dict__.get("_order_view")
+        cached = share.__dict__.get(_ORDER_VIEW)
         if cached is not None and cached[0] == key and cached[1] is self.total:
             return cached[2]
         alloc = share.allocated.tolist()
@@ -687,7 +689,7 @@ class ProportionPlugin(Plugin):
             scale,
             _dominant_share(scale, alloc),
         )
-        share.__dict__["_order_view"] = (key, self.total, view)
+        share.__dict__[_ORDER_VIEW] = (key, self.total, view)
         return view
 
     def queue_order(
