@@ -276,3 +276,33 @@ def test_parse_time_rejects_garbage(bad):
 
 def test_quantity_results_are_finite():
     assert math.isfinite(parse_quantity("999Ei", what="x"))
+
+
+@given(
+    st.integers(0, 9999),
+    st.integers(0, 13),
+    st.integers(0, 32),
+    st.integers(0, 24),
+    st.integers(0, 60),
+    st.integers(0, 60),
+    st.sampled_from(["", "٢", "６", "W"]),
+    st.integers(0, 19),
+)
+def test_api_server_timestamps_parse_as_the_rfc3339_expression_reads_them(
+    year, month, day, hour, minute, second, odd_character, at
+):
+    # parse_time reads YYYY-MM-DDTHH:MM:SSZ in C; with a trailing space the same text
+    # takes the general expression, which must agree: same instant, or both refuse.
+    text = f"{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z"
+    if odd_character and text[at].isdigit():  # a non-ASCII digit, an ISO week
+        text = text[:at] + odd_character + text[at + 1 :]
+
+    def read(value):
+        try:
+            return parse_time(value)
+        except ValueError:
+            return None
+
+    fast, general = read(text), read(text + " ")
+    assert fast == general
+    assert fast is None or fast.tzinfo is timezone.utc
