@@ -134,6 +134,27 @@ def _perturb(
                     "blockOwnerDeletion": True,
                 }
             ]
+    for node in (d for d in docs if d["kind"] == "Node"):
+        spec, status = node.setdefault("spec", {}), node.setdefault("status", {})
+        roll = rng.random()
+        if roll < 0.1:
+            spec["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+        elif roll < 0.2:
+            spec["unschedulable"] = rng.choice((True, "true", "False"))
+        elif roll < 0.3:
+            status["capacity"] = status.pop("allocatable", {})
+        elif roll < 0.45:
+            status["conditions"] = [
+                {"type": "Ready", "status": rng.choice(("True", "False", "Unknown"))},
+                {"type": "DiskPressure", "status": "True", "lastTransitionTime": "never"},
+                {"type": "", "status": "True"},
+            ]
+        elif roll < 0.5:
+            status["conditions"] = [{"type": "", "status": False}]
+        elif roll < 0.55:
+            node["metadata"]["labels"] = {"rack": 7, "zone": None}
+        elif roll < 0.6:
+            node["metadata"]["namespace"] = "ignored"
     for group in groups:
         roll = rng.random()
         if roll < 0.05:
@@ -324,13 +345,41 @@ def test_input_errors_identical(section: str, field: str, value: Any) -> None:
     assert "c.json" in messages[0] and pod["metadata"]["name"] in messages[0]
 
 
+BAD_NODES = [
+    ("spec", "taints", [{"value": "gpu"}]),
+    ("spec", "taints", {"key": "k"}),
+    ("spec", "unschedulable", "maybe"),
+    ("status", "allocatable", {"cpu": "-2"}),
+    ("status", "allocatable", ["cpu"]),
+    ("status", "conditions", [{"type": "Ready", "status": ["True"]}]),
+    ("metadata", "annotations", {"a": ["b"]}),
+]
+
+
+@needs_compiled
+@pytest.mark.parametrize(("section", "field", "value"), BAD_NODES)
+def test_node_input_errors_identical(section: str, field: str, value: Any) -> None:
+    docs = random_cluster(1).dicts()
+    node = next(d for d in docs if d["kind"] == "Node")
+    node.setdefault(section, {})[field] = value
+    messages = []
+    for pure in (False, True):
+        with _fast.pure_python(pure), pytest.raises(InputError) as err:
+            load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), "c.json")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "c.json" in messages[0] and f"Node {node['metadata']['name']}" in messages[0]
+
+
 @needs_compiled
 def test_bad_quantity_and_duplicate_reported_alike() -> None:
     docs = random_cluster(2).dicts()
     pods = [d for d in docs if d["kind"] == "Pod"]
     pods[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "-1"
     dup = [*docs, copy.deepcopy(pods[1])]
-    for case in (docs, dup):
+    node = next(d for d in docs if d["kind"] == "Node")
+    dup_node = [d for d in docs if d is not pods[0]] + [copy.deepcopy(node)]
+    for case in (docs, dup, dup_node):
         messages = []
         for pure in (False, True):
             with _fast.pure_python(pure), pytest.raises(InputError) as err:

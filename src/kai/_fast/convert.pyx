@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled conversion of Pod and PodGroup manifests (``kai.snapshot.loader``).
+"""Compiled conversion of Pod, PodGroup and Node manifests (``kai.snapshot.loader``).
 
-``add_items`` takes the items of a ``List`` document, ``add`` one object. A pod or pod
-group of the usual shape (string maps, containers with plain requests and limits, no
-affinity, init containers or deletion; for a pod group, no owners) is converted here: each
+``add_items`` takes the items of a ``List`` document, ``add`` one object. A pod, pod
+group or node of the usual shape (string maps, containers with plain requests and
+limits, no affinity, init containers or deletion; for a pod group, no owners; for a
+node, string fields where the loader also reads other scalars) is converted here: each
 distinct timestamp and quantity text is parsed once per load, and the object is
 written slot by slot (``kai/_fast/slots.pxd``). Anything else, including every input
 error, goes to the Python loader, which converts it or raises the error naming the
@@ -12,10 +13,12 @@ file, document, object and field: results and messages are the Python loader's.
 
 from kai.api.objects import (
     EMPTY_MAP,
+    NodeObject,
     OwnerReference,
     PodGroupObject,
     PodObject,
     Source,
+    Taint,
     Toleration,
 )
 from kai.api.quantity import parse_quantity, parse_time, to_canonical
@@ -24,6 +27,7 @@ from kai.snapshot.loader import (
     ANNOTATION_LAST_START,
     ANNOTATION_STALE,
     API_GROUPS_KAI,
+    PRESSURE_CONDITIONS,
 )
 
 from kai._fast.slots cimport layout, make
@@ -42,10 +46,16 @@ cdef tuple GROUP_FIELDS = (
     "preemptibility", "staleness_grace_period", "preemption_delay",
     "last_start_timestamp", "stale_timestamp", "last_eviction_timestamp", "source",
 )
+cdef tuple NODE_FIELDS = (
+    "name", "labels", "annotations", "taints", "unschedulable", "allocatable", "ready",
+    "pressure_conditions", "source",
+)
 cdef Py_ssize_t POD_OFF[25]
 cdef Py_ssize_t GROUP_OFF[17]
+cdef Py_ssize_t NODE_OFF[9]
 cdef bint POD_DIRECT = layout(PodObject, POD_FIELDS, POD_OFF)
 cdef bint GROUP_DIRECT = layout(PodGroupObject, GROUP_FIELDS, GROUP_OFF)
+cdef bint NODE_DIRECT = layout(NodeObject, NODE_FIELDS, NODE_OFF)
 
 cdef tuple KAI_GROUPS = tuple(f"{g}/" for g in API_GROUPS_KAI)
 cdef object NO = object()  # "not the usual shape": the Python loader takes the object
@@ -357,11 +367,107 @@ cdef object pod_group(_Cache cache, dict obj, dict meta, str name, str namespace
     return make(PodGroupObject, GROUP_DIRECT, GROUP_OFF, fields)
 
 
+cdef object taints(object value):
+    """spec.taints of a node, or NO."""
+    if value is None:
+        return []
+    if type(value) is not list:
+        return NO
+    out = []
+    for t in <list>value:
+        if type(t) is not dict:
+            return NO
+        key = opt_str((<dict>t).get("key"))
+        val = opt_str((<dict>t).get("value"))
+        effect = opt_str((<dict>t).get("effect"))
+        if key is NO or not key or val is NO or effect is NO:
+            return NO
+        out.append(Taint(key, val or "", effect or ""))
+    return out
+
+
+cdef object condition_statuses(object value):
+    """type -> status of a node's status.conditions (their times are not read), or NO."""
+    if value is None:
+        return {}
+    if type(value) is not list:
+        return NO
+    cdef dict statuses = {}
+    for cond in <list>value:
+        if type(cond) is not dict:
+            return NO
+        ctype = opt_str((<dict>cond).get("type"))
+        status = opt_str((<dict>cond).get("status"))
+        if ctype is NO or status is NO:
+            return NO
+        if ctype:
+            statuses[ctype] = status or ""
+    return statuses
+
+
+cdef object node(_Cache cache, dict obj, dict meta, str name, object source):
+    """The NodeObject of a usual Node manifest, or NO."""
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if spec is None:
+        spec = {}
+    if status is None:
+        status = {}
+    if type(spec) is not dict or type(status) is not dict:
+        return NO
+    unschedulable = (<dict>spec).get("unschedulable")
+    if unschedulable is None:
+        unschedulable = False
+    elif type(unschedulable) is not bool:
+        return NO
+    tainted = taints((<dict>spec).get("taints"))
+    allocatable = (<dict>status).get("allocatable")
+    if allocatable is None:
+        allocatable = (<dict>status).get("capacity")  # Kubernetes' default
+    resources = cache.resources(allocatable)
+    statuses = condition_statuses((<dict>status).get("conditions"))
+    labels = str_map(meta.get("labels"))
+    annotations = str_map(meta.get("annotations"))
+    if tainted is NO or resources is NO or statuses is NO or labels is NO or annotations is NO:
+        return NO
+    ready = (<dict>statuses).get("Ready")
+    pressure = [c for c in PRESSURE_CONDITIONS if (<dict>statuses).get(c) == "True"]
+    fields = (
+        name, labels, annotations, tainted, unschedulable, resources,
+        ready is None or ready == "True", pressure, source,
+    )
+    return make(NodeObject, NODE_DIRECT, NODE_OFF, fields)
+
+
+cdef bint add_node(object builder, _Cache cache, dict obj, object file, object index) except -1:
+    """Convert and add one usual Node; False to leave it to the loader."""
+    if obj.get("apiVersion") != "v1":
+        return False
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        return False
+    name = (<dict>meta).get("name")
+    if type(name) is not str or not name:
+        return False
+    key = ("Node", None, name)
+    cdef dict seen = builder._seen
+    if key in seen:
+        return False  # the loader reports the duplicate
+    made = node(cache, obj, <dict>meta, name, cache.source_of(file, index))
+    if made is NO:
+        return False
+    builder.out.nodes.append(made)
+    seen[key] = (file, index)
+    return True
+
+
 cdef bint add_one(object builder, _Cache cache, object obj, object file, object index) except -1:
     """Convert and add one usual Pod or PodGroup; False to leave it to the loader."""
     if type(obj) is not dict:
         return False
     kind = (<dict>obj).get("kind")
+    if kind == "Node":
+        return add_node(builder, cache, <dict>obj, file, index)
     api_version = (<dict>obj).get("apiVersion")
     if kind == "Pod":
         if api_version != "v1":
@@ -432,5 +538,5 @@ def add_items(builder, items, file, index, str prefix, inherited):
 
 
 def direct():
-    """Whether parsed pods and pod groups are written slot by slot."""
-    return bool(POD_DIRECT and GROUP_DIRECT)
+    """Whether parsed pods, pod groups and nodes are written slot by slot."""
+    return bool(POD_DIRECT and GROUP_DIRECT and NODE_DIRECT)

@@ -59,7 +59,7 @@ ANNOTATION_LAST_START = "kai.scheduler/last-start-timestamp"
 ANNOTATION_STALE = "kai.scheduler/stale-podgroup-timestamp"
 ANNOTATION_LAST_EVICTION = "kai.scheduler/last-eviction-timestamp"
 
-_PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+PRESSURE_CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 _SELECTOR_OPERATORS = frozenset(("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
 _MANIFEST_EXTENSIONS = (".yaml", ".yml", ".json")
 _QUEUE_RESOURCES = ("gpu", "cpu", "memory")
@@ -391,7 +391,7 @@ def _parse_node(ctx: _Ctx, obj: dict, meta: dict, name: str) -> NodeObject:
         unschedulable=_bool(ctx, spec.get("unschedulable"), "spec.unschedulable"),
         allocatable=allocatable,
         ready=True if ready_status is None else ready_status == "True",
-        pressure_conditions=[c for c in _PRESSURE_CONDITIONS if conditions.get(c) == "True"],
+        pressure_conditions=[c for c in PRESSURE_CONDITIONS if conditions.get(c) == "True"],
         source=ctx.source(),
     )
 
