@@ -203,6 +203,23 @@ def test_version_attribute_matches_the_command_line():
 KAI = [sys.executable, "-m", "kai.cli"]
 
 
+@pytest.mark.parametrize("output", ["json", "table"])
+def test_a_simulation_in_a_process_of_its_own_prints_its_whole_result(tmp_path, output):
+    # The command leaves without freeing the snapshot and the result: what it buffered
+    # for stdout is still written, all of it, and the status is 0.
+    path = write(
+        tmp_path, [node("n1"), queue("q")] + [pod(f"p{i}", queue="q") for i in range(3000)]
+    )
+    args = ["simulate", path, "--output", output, "--now", "2026-01-01T00:00:00Z"]
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.run([*KAI, *args], capture_output=True, timeout=120, env=buffered)
+    assert proc.returncode == 0
+    assert proc.stderr == b""
+    in_process = CliRunner().invoke(main, args)
+    assert in_process.exit_code == 0
+    assert proc.stdout.decode() == in_process.output
+
+
 def test_a_reader_that_closed_first_ends_the_command_quietly_with_141():
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will read: the first write fails
