@@ -27,7 +27,7 @@ from kai.api.preemptibility import (
 )
 from kai.config import SchedulerConfig, check_action_names
 from kai.fairshare import QUEUE_USAGE_KEY, UsageTable, check_usage_table
-from kai.framework.session import Decision, Session
+from kai.framework.session import Decision, Session, plain_copy
 from kai.memory import gc_paused
 from kai.snapshot.builder import build_state
 from kai.snapshot.partition import partition
@@ -131,6 +131,12 @@ class SessionResult:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self, *, explain: bool = False) -> dict[str, Any]:
+        """The result as JSON values (what ``kai simulate`` prints).
+
+        Maps the result shares between pod groups or decisions (equal annotations,
+        equal statuses) are one dict in the document too: copy one before changing it.
+        """
+        copies: dict[int, dict[str, Any]] = {}
         groups = {}
         for key, g in self.pod_groups.items():
             entry: dict[str, Any] = {
@@ -141,16 +147,16 @@ class SessionResult:
                 "reason": g.reason,
             }
             if g.annotations:
-                entry["annotations"] = dict(g.annotations)
+                entry["annotations"] = plain_copy(g.annotations, copies)
             if g.status:
-                entry["status"] = dict(g.status)
+                entry["status"] = plain_copy(g.status, copies)
             if g.warnings:
                 entry["warnings"] = g.warnings
             if explain:
                 entry["explain"] = g.explain
             groups[key] = entry
         return {
-            "decisions": [d.to_json() for d in self.decisions],
+            "decisions": [d.to_json(copies) for d in self.decisions],
             "pods": {k: {"status": p.status, "node": p.node} for k, p in self.pods.items()},
             "podGroups": groups,
             "queues": {

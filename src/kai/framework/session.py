@@ -62,7 +62,9 @@ class Decision:
     # read-only, shared by the decisions that write the same.
     pod_group_annotations: Mapping[str, str] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, copies: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The decision as JSON values; ``copies`` (see :func:`plain_copy`) shares the
+        copy of annotations that several decisions share."""
         out: dict[str, Any] = {
             "action": self.action,
             "type": self.type,
@@ -74,8 +76,22 @@ class Decision:
         if self.reason is not None:
             out["reason"] = self.reason
         if self.pod_group_annotations:
-            out["podGroupAnnotations"] = dict(self.pod_group_annotations)
+            out["podGroupAnnotations"] = plain_copy(self.pod_group_annotations, copies)
         return out
+
+
+def plain_copy(
+    mapping: Mapping[str, Any], copies: dict[int, dict[str, Any]] | None
+) -> dict[str, Any]:
+    """A dict copy of a read-only ``mapping``.  With ``copies`` (id of a mapping -> its
+    copy, for mappings that stay alive meanwhile), a mapping shared by many results is
+    copied once and its copy shared."""
+    if copies is None:
+        return dict(mapping)
+    found = copies.get(id(mapping))
+    if found is None:
+        found = copies[id(mapping)] = dict(mapping)
+    return found
 
 
 @dataclass
