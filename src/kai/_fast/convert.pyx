@@ -203,24 +203,42 @@ cdef object meta_name(object meta):
     return name, namespace
 
 
+cdef object string_rows(object value, tuple names):
+    """The named fields of each map of a list, as a tuple per map: strings, or None
+    where absent.  NO unless ``value`` is a list of maps whose named fields are."""
+    if type(value) is not list:
+        return NO
+    cdef list rows = []
+    cdef list row
+    for item in <list>value:
+        if type(item) is not dict:
+            return NO
+        row = []
+        for name in names:
+            field = (<dict>item).get(name)
+            if field is not None and type(field) is not str:
+                return NO
+            row.append(field)
+        rows.append(tuple(row))
+    return rows
+
+
+cdef tuple TOLERATION_FIELDS = ("key", "operator", "value", "effect")
+cdef tuple TAINT_FIELDS = ("key", "value", "effect")
+cdef tuple CONDITION_FIELDS = ("type", "status")
+
+
 cdef object tolerations(object value):
     """spec.tolerations as the loader reads them (tolerationSeconds is not), or NO."""
     if not value:
         return EMPTY
-    if type(value) is not list:
+    rows = string_rows(value, TOLERATION_FIELDS)
+    if rows is NO:
         return NO
-    out = []
-    for t in <list>value:
-        if type(t) is not dict:
-            return NO
-        key = opt_str((<dict>t).get("key"))
-        operator = opt_str((<dict>t).get("operator"))
-        val = opt_str((<dict>t).get("value"))
-        effect = opt_str((<dict>t).get("effect"))
-        if key is NO or operator is NO or val is NO or effect is NO:
-            return NO
-        out.append(Toleration(key or "", operator or "Equal", val or "", effect or ""))
-    return tuple(out)
+    return tuple([
+        Toleration(key or "", operator or "Equal", val or "", effect or "")
+        for key, operator, val, effect in <list>rows
+    ])
 
 
 cdef object owner_references(object value):
@@ -371,16 +389,12 @@ cdef object taints(object value):
     """spec.taints of a node, or NO."""
     if value is None:
         return []
-    if type(value) is not list:
+    rows = string_rows(value, TAINT_FIELDS)
+    if rows is NO:
         return NO
     out = []
-    for t in <list>value:
-        if type(t) is not dict:
-            return NO
-        key = opt_str((<dict>t).get("key"))
-        val = opt_str((<dict>t).get("value"))
-        effect = opt_str((<dict>t).get("effect"))
-        if key is NO or not key or val is NO or effect is NO:
+    for key, val, effect in <list>rows:
+        if not key:
             return NO
         out.append(Taint(key, val or "", effect or ""))
     return out
@@ -390,19 +404,10 @@ cdef object condition_statuses(object value):
     """type -> status of a node's status.conditions (their times are not read), or NO."""
     if value is None:
         return {}
-    if type(value) is not list:
+    rows = string_rows(value, CONDITION_FIELDS)
+    if rows is NO:
         return NO
-    cdef dict statuses = {}
-    for cond in <list>value:
-        if type(cond) is not dict:
-            return NO
-        ctype = opt_str((<dict>cond).get("type"))
-        status = opt_str((<dict>cond).get("status"))
-        if ctype is NO or status is NO:
-            return NO
-        if ctype:
-            statuses[ctype] = status or ""
-    return statuses
+    return {ctype: status or "" for ctype, status in <list>rows if ctype}
 
 
 cdef object node(_Cache cache, dict obj, dict meta, str name, object source):
