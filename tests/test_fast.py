@@ -330,21 +330,6 @@ BAD_PODS = [
 ]
 
 
-@needs_compiled
-@pytest.mark.parametrize(("section", "field", "value"), BAD_PODS)
-def test_input_errors_identical(section: str, field: str, value: Any) -> None:
-    docs = random_cluster(1).dicts()
-    pod = next(d for d in docs if d["kind"] == "Pod")
-    pod[section][field] = value
-    messages = []
-    for pure in (False, True):
-        with _fast.pure_python(pure), pytest.raises(InputError) as err:
-            load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), "c.json")
-        messages.append(str(err.value))
-    assert messages[0] == messages[1]
-    assert "c.json" in messages[0] and pod["metadata"]["name"] in messages[0]
-
-
 BAD_NODES = [
     ("spec", "taints", [{"value": "gpu"}]),
     ("spec", "taints", {"key": "k"}),
@@ -357,18 +342,22 @@ BAD_NODES = [
 
 
 @needs_compiled
-@pytest.mark.parametrize(("section", "field", "value"), BAD_NODES)
-def test_node_input_errors_identical(section: str, field: str, value: Any) -> None:
+@pytest.mark.parametrize(
+    ("kind", "section", "field", "value"),
+    [("Pod", *bad) for bad in BAD_PODS] + [("Node", *bad) for bad in BAD_NODES],
+)
+def test_input_errors_identical(kind: str, section: str, field: str, value: Any) -> None:
     docs = random_cluster(1).dicts()
-    node = next(d for d in docs if d["kind"] == "Node")
-    node.setdefault(section, {})[field] = value
+    obj = next(d for d in docs if d["kind"] == kind)
+    obj.setdefault(section, {})[field] = value
     messages = []
     for pure in (False, True):
         with _fast.pure_python(pure), pytest.raises(InputError) as err:
             load_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), "c.json")
         messages.append(str(err.value))
     assert messages[0] == messages[1]
-    assert "c.json" in messages[0] and f"Node {node['metadata']['name']}" in messages[0]
+    assert "c.json" in messages[0] and f"{kind} " in messages[0]
+    assert obj["metadata"]["name"] in messages[0]
 
 
 @needs_compiled
