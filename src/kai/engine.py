@@ -44,6 +44,7 @@ class Snapshot:
         # Parsed scheduler configurations by the actions asked for (None: the
         # configured ones): the snapshot's configuration object never changes.
         self._configs: dict[tuple[str, ...] | None, SchedulerConfig] = {}
+        self._pools: dict[str, ClusterObjects] | None = None
 
     def scheduler_config(self, actions: Sequence[str] | None = None) -> SchedulerConfig:
         """The snapshot's scheduler configuration (KAI's defaults where it has none)."""
@@ -52,6 +53,13 @@ class Snapshot:
         if config is None:
             config = self._configs[key] = SchedulerConfig.from_object(self.config, actions=actions)
         return config
+
+    def pools(self) -> dict[str, ClusterObjects]:
+        """The snapshot's objects per node pool (:func:`kai.snapshot.partition.partition`),
+        split on the first session."""
+        if self._pools is None:
+            self._pools = partition(self.objects)
+        return self._pools
 
     @classmethod
     def from_files(cls, paths: Sequence[str]) -> Snapshot:
@@ -211,7 +219,7 @@ def run_session(
         check_action_names(actions)
         config = dataclasses.replace(config, actions=list(actions))
     clock = parse_now(now)
-    pools = partition(snapshot.objects)
+    pools = snapshot.pools()
     if node_pool is not None:
         if node_pool not in pools:
             raise InputError(
