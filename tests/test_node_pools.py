@@ -58,3 +58,26 @@ def test_a_single_pool_can_be_simulated_alone():
     assert result.pods["default/jb-0"].node == "b1"
     with pytest.raises(kai.InputError, match="no node pool 'c'"):
         kai.run_session(snap, actions=["allocate"], node_pool="c")
+
+
+def test_a_scheduler_of_another_name_schedules_its_pods_in_every_pool():
+    # kai run --scheduler-name: each pool's session schedules the pods naming that
+    # scheduler, as the whole snapshot's would.
+    objects = cluster()
+    for obj in objects:
+        if obj["kind"] == "Pod":
+            obj["spec"]["schedulerName"] = "gpu-scheduler"
+    loaded = kai.Snapshot.from_objects(objects).objects
+    snap = kai.Snapshot(loaded, scheduler_name="gpu-scheduler")
+    placed = {k: p.node for k, p in kai.run_session(snap, actions=["allocate"]).pods.items()}
+    assert placed == {
+        "default/ja-0": "a1",
+        "default/jb-0": "b1",
+        "default/j-0": "plain",
+        "default/lost-0": None,
+    }
+    alone = kai.run_session(snap, actions=["allocate"], node_pool="b")
+    assert alone.pods["default/jb-0"].node == "b1"
+    # To the default scheduler's sessions these pods are another scheduler's.
+    others = kai.run_session(kai.Snapshot(loaded), actions=["allocate"])
+    assert all(p.node is None for p in others.pods.values())

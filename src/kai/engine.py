@@ -29,7 +29,7 @@ from kai.config import SchedulerConfig, check_action_names
 from kai.fairshare import QUEUE_USAGE_KEY, UsageTable, check_usage_table
 from kai.framework.session import Decision, Session, plain_copy
 from kai.memory import gc_paused
-from kai.snapshot.builder import build_state
+from kai.snapshot.builder import KAI_SCHEDULER_NAME, build_state
 from kai.snapshot.partition import partition
 
 LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
@@ -37,10 +37,17 @@ STALE_ANNOTATION = "kai.scheduler/stale-podgroup-timestamp"
 
 
 class Snapshot:
-    """An immutable set of cluster objects; every session builds fresh state from it."""
+    """An immutable set of cluster objects; every session builds fresh state from it.
 
-    def __init__(self, objects: ClusterObjects) -> None:
+    Its sessions schedule the pods that name ``scheduler_name`` (the others hold their
+    nodes' resources and are not touched).
+    """
+
+    def __init__(
+        self, objects: ClusterObjects, *, scheduler_name: str = KAI_SCHEDULER_NAME
+    ) -> None:
         self.objects = objects
+        self.scheduler_name = scheduler_name
         # Parsed scheduler configurations by the actions asked for (None: the
         # configured ones): the snapshot's configuration object never changes.
         self._configs: dict[tuple[str, ...] | None, SchedulerConfig] = {}
@@ -60,6 +67,10 @@ class Snapshot:
         if self._pools is None:
             self._pools = partition(self.objects)
         return self._pools
+
+    def shard(self, objects: ClusterObjects) -> Snapshot:
+        """A snapshot of some of these objects (a node pool's), for the same scheduler."""
+        return Snapshot(objects, scheduler_name=self.scheduler_name)
 
     @classmethod
     def from_files(cls, paths: Sequence[str]) -> Snapshot:
@@ -85,7 +96,7 @@ class Snapshot:
         return self.objects.config
 
     def state(self) -> ClusterState:
-        return build_state(self.objects)
+        return build_state(self.objects, scheduler_name=self.scheduler_name)
 
 
 # The decisions of a session's result: the session's own decision records, completed
@@ -227,11 +238,13 @@ def run_session(
                 f"{', '.join(repr(p) for p in pools)})",
                 obj="--node-pool",
             )
-        return _run_one(Snapshot(pools[node_pool]), config, clock, backend, usage)
+        return _run_one(snapshot.shard(pools[node_pool]), config, clock, backend, usage)
     shards = [p for p in pools.values() if p.nodes or p.pods or p.pod_groups or p.queues]
     if len(shards) <= 1:
         return _run_one(snapshot, config, clock, backend, usage)
-    return _merge([_run_one(Snapshot(objs), config, clock, backend, usage) for objs in shards])
+    return _merge(
+        [_run_one(snapshot.shard(objs), config, clock, backend, usage) for objs in shards]
+    )
 
 
 def _merge(results: list[SessionResult]) -> SessionResult:

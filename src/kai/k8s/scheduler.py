@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from kai.api.model import ClusterState
 from kai.api.objects import GPU_RESOURCE, ClusterObjects
 from kai.config import SchedulerConfig
 from kai.engine import SessionResult, Snapshot, run_session
@@ -28,7 +27,6 @@ from kai.k8s.leader import LeaderElector, default_identity
 from kai.k8s.metrics import SchedulerMetrics
 from kai.k8s.server import HealthServer
 from kai.memory import CycleCollector
-from kai.snapshot.builder import build_state
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +61,6 @@ class SchedulerOptions:
     @property
     def nodepool(self) -> str:
         return self.partition_label_value or "default"
-
-
-class LiveSnapshot(Snapshot):
-    """A snapshot whose pods are scheduled when they name this scheduler."""
-
-    def __init__(self, objects: ClusterObjects, scheduler_name: str) -> None:
-        super().__init__(objects)
-        self.scheduler_name = scheduler_name
-
-    def state(self) -> ClusterState:
-        return build_state(self.objects, scheduler_name=self.scheduler_name)
 
 
 @dataclass
@@ -292,7 +279,7 @@ class Scheduler:
         now = datetime.now(timezone.utc)
         self.metrics.open_session_latency.set((time.perf_counter() - t0) * 1000.0)
         result = run_session(
-            LiveSnapshot(snap.objects, self.options.scheduler_name),
+            Snapshot(snap.objects, scheduler_name=self.options.scheduler_name),
             config=self.config,
             now=now,
             backend=self.options.backend,
