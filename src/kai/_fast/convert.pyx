@@ -287,10 +287,8 @@ cdef object conditions(_Cache cache, object value):
     return (statuses or EMPTY_MAP), (times or EMPTY_MAP)
 
 
-cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, object source):
-    """The PodObject of a usual Pod manifest, or NO."""
-    if meta.get("deletionTimestamp") is not None:
-        return NO
+cdef object spec_and_status(dict obj):
+    """(spec, status) of a manifest, each a map ({} when absent), or NO."""
     spec = obj.get("spec")
     status = obj.get("status")
     if spec is None:
@@ -299,6 +297,17 @@ cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, obje
         status = {}
     if type(spec) is not dict or type(status) is not dict:
         return NO
+    return spec, status
+
+
+cdef object pod(_Cache cache, dict obj, dict meta, str name, str namespace, object source):
+    """The PodObject of a usual Pod manifest, or NO."""
+    if meta.get("deletionTimestamp") is not None:
+        return NO
+    parts = spec_and_status(obj)
+    if parts is NO:
+        return NO
+    spec, status = <tuple>parts
     for key in ("affinity", "initContainers", "overhead"):
         if (<dict>spec).get(key):
             return NO
@@ -412,14 +421,10 @@ cdef object condition_statuses(object value):
 
 cdef object node(_Cache cache, dict obj, dict meta, str name, object source):
     """The NodeObject of a usual Node manifest, or NO."""
-    spec = obj.get("spec")
-    status = obj.get("status")
-    if spec is None:
-        spec = {}
-    if status is None:
-        status = {}
-    if type(spec) is not dict or type(status) is not dict:
+    parts = spec_and_status(obj)
+    if parts is NO:
         return NO
+    spec, status = <tuple>parts
     unschedulable = (<dict>spec).get("unschedulable")
     if unschedulable is None:
         unschedulable = False
