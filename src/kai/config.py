@@ -156,6 +156,8 @@ def check_action_names(
 
 @dataclass
 class SchedulerConfig:
+    """A parsed scheduler configuration: actions, plugin tiers and the search settings."""
+
     actions: list[str]
     tiers: list[list[PluginOption]]
     queue_depth_per_action: dict[str, int] = field(default_factory=dict)

@@ -106,12 +106,16 @@ DecisionRecord = Decision
 
 @dataclass(slots=True)
 class PodResult:
+    """Where a session left a pod: its status and node."""
+
     status: str
     node: str | None
 
 
 @dataclass(slots=True)
 class PodGroupResult:
+    """What a session decided for a pod group, and why."""
+
     name: str  # namespace/name
     queue: str | None
     preemptible: bool
@@ -134,6 +138,8 @@ class PodGroupResult:
 
 @dataclass
 class QueueResult:
+    """A queue's fair share, allocation and request after a session, per resource."""
+
     fair_share: dict[str, float]
     allocated: dict[str, float]
     requested: dict[str, float]
@@ -142,6 +148,8 @@ class QueueResult:
 
 @dataclass
 class SessionResult:
+    """Everything a session decided: decisions, and the state of pods, pod groups and queues."""
+
     decisions: list[DecisionRecord]
     pods: dict[str, PodResult]
     pod_groups: dict[str, PodGroupResult]

@@ -139,6 +139,8 @@ def _footprint_rows(job: Job) -> list[tuple[float, ...]]:
 
 @dataclass
 class Representative:
+    """A failed job and its pending footprint when it failed."""
+
     job: Job
     footprint: np.ndarray  # sorted pending request vectors at the time it failed
 

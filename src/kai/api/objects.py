@@ -63,6 +63,8 @@ class Source:
 
 @dataclass(frozen=True)
 class OwnerReference:
+    """An entry of ``metadata.ownerReferences``: the object that owns this one."""
+
     kind: str
     name: str
     uid: str = ""
@@ -71,6 +73,8 @@ class OwnerReference:
 
 @dataclass(frozen=True)
 class Taint:
+    """A node taint: pods that do not tolerate it are kept off (or away from) the node."""
+
     key: str
     value: str = ""
     effect: str = ""  # NoSchedule | PreferNoSchedule | NoExecute
@@ -78,6 +82,8 @@ class Taint:
 
 @dataclass(frozen=True)
 class Toleration:
+    """A pod toleration: which node taints the pod accepts."""
+
     key: str = ""
     operator: str = "Equal"  # Equal | Exists
     value: str = ""
@@ -86,6 +92,8 @@ class Toleration:
 
 @dataclass(frozen=True)
 class SelectorRequirement:
+    """One requirement of a node selector term: a label key, an operator, values."""
+
     key: str
     operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
     values: tuple[str, ...] = ()
@@ -101,12 +109,16 @@ class NodeSelectorTerm:
 
 @dataclass(frozen=True)
 class PreferredSchedulingTerm:
+    """A preferred node-affinity term and its weight (1-100)."""
+
     weight: int
     preference: NodeSelectorTerm
 
 
 @dataclass(slots=True)
 class NodeObject:
+    """A Node: its labels, taints, allocatable resources and condition."""
+
     name: str
     labels: Mapping[str, str] = field(default_factory=_empty_map)
     annotations: Mapping[str, str] = field(default_factory=_empty_map)
@@ -121,6 +133,8 @@ class NodeObject:
 
 @dataclass(slots=True)
 class PodObject:
+    """A Pod: its scheduling constraints, requests, phase and placement."""
+
     name: str
     namespace: str
     uid: str = ""
@@ -159,6 +173,8 @@ class PodObject:
 
 @dataclass(slots=True)
 class PodGroupObject:
+    """A PodGroup: a gang's minimum member count, queue, priority and preemptibility."""
+
     name: str
     namespace: str
     uid: str = ""
@@ -193,6 +209,9 @@ class QueueResource:
 
 @dataclass
 class QueueObject:
+    """A Queue of the queue tree: its parent, priority and per-resource quota, limit and
+    over-quota weight."""
+
     name: str
     parent: str | None = None
     priority: int = 100
@@ -208,6 +227,8 @@ class QueueObject:
 
 @dataclass
 class PriorityClassObject:
+    """A PriorityClass: the priority value a name stands for."""
+
     name: str
     value: int
     global_default: bool = False
@@ -216,6 +237,8 @@ class PriorityClassObject:
 
 @dataclass
 class PodMetric:
+    """One pod's resource usage as a NodeMetric reports it."""
+
     namespace: str
     name: str
     usage: dict[str, float]
@@ -224,12 +247,16 @@ class PodMetric:
 
 @dataclass
 class AggregatedUsage:
+    """A node's usage percentiles over one aggregation window (NodeMetric ``aggUsages``)."""
+
     duration: float | None  # seconds of the aggregation window; None if unspecified
     usage: dict[str, dict[str, float]]  # percentile ("p50", "p90", "p95", "p99") -> resources
 
 
 @dataclass
 class NodeMetricObject:
+    """A Koordinator NodeMetric: a node's measured usage, its pods' and the system's."""
+
     name: str  # node name
     update_time: datetime | None = None
     node_usage: dict[str, float] = field(default_factory=dict)
@@ -258,6 +285,8 @@ class GenericObject:
 
 @dataclass
 class PluginOption:
+    """A plugin named in a scheduler configuration tier, with its arguments."""
+
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
 

@@ -53,6 +53,8 @@ SOURCE_PRIORITY = "priority"
 
 @dataclass(frozen=True)
 class Preemptibility:
+    """A job's preemptibility, where it was read from, and a warning about it if any."""
+
     value: str  # one of VALID_VALUES
     source: str  # "podgroup", "owner", "pod" or "priority"
     warning: str | None = None

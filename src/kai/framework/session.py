@@ -96,11 +96,15 @@ def plain_copy(
 
 @dataclass
 class Event:
+    """The task an allocate or deallocate event is about."""
+
     task: Task
 
 
 @dataclass
 class EventHandler:
+    """The functions a plugin runs on allocate and deallocate events."""
+
     allocate_func: Callable[[Event], None] | None = None
     deallocate_func: Callable[[Event], None] | None = None
 
@@ -156,6 +160,8 @@ class NodeInfo:
 
 @dataclass
 class _Reg:
+    """A function a plugin registered at an extension point."""
+
     tier: int
     plugin: str
     # A callable; for batch_predicate a (reason, callable) pair, for scenario_generator
@@ -178,6 +184,8 @@ class PredicateError(Exception):
 
 @dataclass
 class FilterResult:
+    """The nodes that pass the predicates for a task, and why the others failed."""
+
     mask: np.ndarray  # nodes that pass everything
     fits_idle: np.ndarray
     failures: dict[str, int]  # reason -> number of nodes rejected by it

@@ -54,6 +54,8 @@ _BOUND_BY_SESSION = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING})
 
 @dataclass
 class _Op:
+    """One operation of a statement, with what undoing it restores."""
+
     kind: str  # allocate | pipeline | evict | unplace | unevict
     task: Task
     prev_status: TaskStatus

@@ -85,6 +85,8 @@ def _counted_node(task: Task) -> int:
 
 @dataclass
 class _PodEntry:
+    """A pod's node and the usage vectors load-aware scoring charges for it."""
+
     node: int
     prod_usage: np.ndarray | None
     node_delta: np.ndarray | None

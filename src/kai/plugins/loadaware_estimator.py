@@ -190,6 +190,8 @@ def _resource_map(value: Any, key: str, lo: int, hi: int, *, lo_open: bool) -> d
 
 @dataclass
 class AggregatedArgs:
+    """The load-aware plugin's ``aggregated`` arguments: percentile thresholds and scoring."""
+
     usage_thresholds: dict[str, int] = field(default_factory=dict)
     usage_aggregation_type: str = ""
     usage_aggregated_duration: float = 0.0

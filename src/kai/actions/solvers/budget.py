@@ -16,6 +16,8 @@ DEFAULT_GENERATOR_LIMITS = {"NodeLocalGreedy": 30.0, "MultiNodeGang": 120.0}
 
 @dataclass
 class SearchLimits:
+    """Time and scenario limits of the victim search, per action, job and generator."""
+
     action: dict[str, float] = field(default_factory=dict)  # action name or "default"
     job: float = 0.0
     min_job: float = 0.0

@@ -62,6 +62,8 @@ STOP_REASONS = frozenset({DEADLINE_EXHAUSTED, NOT_ATTEMPTED, NO_GENERATOR})
 
 @dataclass
 class SolveResult:
+    """The outcome of one job's victim search."""
+
     solved: bool
     reason: str
     statement: Statement | None = None
@@ -72,6 +74,8 @@ class SolveResult:
 
 @dataclass
 class _Probe:
+    """What one probe of the search found: its simulation and the scenario it solved."""
+
     sim: Simulation | None
     reason: str
     scenario: Scenario | None = None  # the scenario ``sim`` solved

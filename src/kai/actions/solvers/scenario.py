@@ -34,6 +34,8 @@ from kai.framework.session import Session
 
 @dataclass
 class Scenario:
+    """A preemptor, its pending pods and the victims a probe would evict."""
+
     preemptor: Job
     pending: list[Task]
     recorded: list[Task]  # victims of earlier successful probes

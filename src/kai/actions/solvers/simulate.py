@@ -36,6 +36,8 @@ from kai.framework.statement import Statement
 
 @dataclass
 class Simulation:
+    """The outcome of simulating one scenario."""
+
     solved: bool
     statement: Statement | None = None
     preempted: list[Task] | None = None  # victims still evicted (see simulate)
