@@ -472,7 +472,7 @@ cdef bint add_node(object builder, _Cache cache, dict obj, object file, object i
 
 
 cdef bint add_one(object builder, _Cache cache, object obj, object file, object index) except -1:
-    """Convert and add one usual Pod or PodGroup; False to leave it to the loader."""
+    """Convert and add one usual Pod, PodGroup or Node; False to leave it to the loader."""
     if type(obj) is not dict:
         return False
     kind = (<dict>obj).get("kind")
