@@ -173,25 +173,28 @@ def run_eviction_action(
             found = verdicts[job] = passed_over(job)
         return found
 
+    def record_passed_over(job: Job) -> None:
+        """Record the fit error of a job the loop passes over, if its check gave one."""
+        reason = passed_over_now(job)[1]
+        if reason is not None:
+            ssn.record_fit_error(job, reason)
+
     # A job the loop would try, found by the last check of the jobs left (see below).
     tried_next: Job | None = None
 
-    def rest_passed_over() -> list[tuple[Job, str | None]] | None:
-        """When the loop would pass over every job left in the queue: each with its fit
-        error.  Passing a job over changes nothing, so the order in which the queue
-        would pop them does not matter, and they need no queue comparisons."""
+    def rest_passed_over() -> list[Job] | None:
+        """When the loop would pass over every job left in the queue: those jobs.
+        Passing a job over changes nothing, so the order in which the queue would pop
+        them does not matter, and they need no queue comparisons."""
         nonlocal tried_next
         left = queue.jobs()
         if tried_next in left and not passed_over_now(tried_next)[0]:
             return None  # usually still to be tried: nothing more needs checking
-        out = []
         for job in left:
-            over, message = passed_over_now(job)
-            if not over:
+            if not passed_over_now(job)[0]:
                 tried_next = job
                 return None
-            out.append((job, message))
-        return out
+        return left
 
     def solve_in_order() -> None:
         check_rest = True  # at first, and after each failure (see rest_passed_over)
@@ -203,9 +206,8 @@ def run_eviction_action(
                 check_rest = False
                 rest = rest_passed_over()
                 if rest is not None:
-                    for left, reason in rest:
-                        if reason is not None:
-                            ssn.record_fit_error(left, reason)
+                    for left in rest:
+                        record_passed_over(left)
                     return
             if last is not None and (leaf := last.queue or "") not in partly_alike:
                 # The loop would pop and pass over every job left in this leaf, one
@@ -215,9 +217,7 @@ def run_eviction_action(
                     partly_alike.add(leaf)
                 else:
                     for left in taken:
-                        reason = passed_over_now(left)[1]
-                        if reason is not None:
-                            ssn.record_fit_error(left, reason)
+                        record_passed_over(left)
                     last = None
             # After a job passed over nothing changed: the next job of its leaf that
             # the queue order cannot tell from it comes next, with no comparisons.
@@ -225,10 +225,8 @@ def run_eviction_action(
             last = None
             if job is None:
                 return
-            over, message = passed_over_now(job)
-            if over:
-                if message is not None:
-                    ssn.record_fit_error(job, message)
+            if passed_over_now(job)[0]:
+                record_passed_over(job)
                 last = job
                 continue
             # The job is tried: what passed_over says of the others may change.
