@@ -275,7 +275,8 @@ class FailedRepresentatives:
 
     def failed(self, job: Job) -> None:
         """Record a job whose victim search failed (not for lack of time)."""
-        key, footprint = self.key(job), self.footprint(job)
+        known = self._known_of(job)
+        key, footprint = self._key(job, known), self._footprint(job, known)
         rep = self._reps.get(key)
         if rep is not None and not no_larger_than(footprint, rep.footprint):
             return
