@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.cluster import POOL_LABEL, Cluster, wait_for
 
 
 def test_gang_binds_whole_or_not_at_all(cluster: Cluster) -> None:
@@ -54,3 +54,20 @@ def test_leaves_another_schedulers_groups_alone(cluster: Cluster) -> None:
     pod = cluster.pods()["theirs-0"]
     assert pod.spec.node_name is None
     assert not [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+
+
+def test_a_renamed_scheduler_binds_when_its_shard_holds_another_pools_pod(
+    cluster: Cluster,
+) -> None:
+    # kai run --scheduler-name: a pod already running on this shard's node that carries
+    # another pool's label makes the snapshot two node pools, each scheduled in a session
+    # of its own.  Both sessions schedule the pods naming this scheduler.
+    node = cluster.node("n0", gpus=2)
+    cluster.wait_nodes_ready()
+    cluster.queue("team", gpu_quota=2)
+    cluster.pod("stray", cpu="1", node_name=node, labels={POOL_LABEL: "elsewhere"})
+    cluster.pod_group("ours", "team")
+    cluster.pod("ours-0", group="ours", gpus=1, scheduler="gpu-scheduler")
+    cluster.kai("--scheduler-name=gpu-scheduler")
+    wait_for(lambda: cluster.bound("ours-0"), 60, "the renamed scheduler's pod bound")
+    assert cluster.placement()["ours-0"] == node
