@@ -446,6 +446,53 @@ def test_row_arithmetic_identical(seed: int) -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_batched_row_arithmetic_identical(seed: int) -> None:
+    """Charging many pods at once (a statement evicting, or putting back, many pods)
+    gives the same bits compiled or not, and as charging them one at a time: the
+    same target several times in a batch, a queue path's vectors shared by batches."""
+    ledger = _fast.module("ledger")
+    assert ledger is not None
+    rng = np.random.default_rng(seed)
+    n, r = 7, 5
+    compiled = [rng.random((n, r)) * 1e3 for _ in range(3)]
+    reference = [m.copy() for m in compiled]
+    one_by_one = [m.copy() for m in compiled]
+    shares_c = [rng.random(3) * 100 for _ in range(4)]
+    shares_r = [v.copy() for v in shares_c]
+    shares_1 = [v.copy() for v in shares_c]
+    requests = [np.round(rng.random(r) * 10, 1) for _ in range(4)]  # 0.1s: inexact
+    for _ in range(200):
+        size = int(rng.integers(0, 12))
+        rows = [int(i) for i in rng.integers(n, size=size)]
+        picked = [requests[int(k)] for k in rng.integers(len(requests), size=size)]
+        old = [int(k) for k in rng.integers(3, size=size)]
+        new = [int(k) for k in rng.integers(3, size=size)]
+        model.recharge_all(*reference, rows, picked, old, new)
+        ledger.recharge_all(*compiled, rows, picked, old, new)
+        for i, request, a, b in zip(rows, picked, old, new):
+            ledger.recharge_rows(*one_by_one, i, request, a, b)
+        # Each pod's queue path (indices of the shares), repeats and overlaps included.
+        index = [
+            tuple(int(j) for j in rng.choice(4, size=int(rng.integers(1, 4)))) for _ in range(size)
+        ]
+        vectors = [request[:3] for request in picked]
+        add = bool(rng.integers(2))
+        ledger.add_vectors_to_each(
+            [tuple(shares_c[j] for j in each) for each in index], vectors, add
+        )
+        model.add_vectors_to_each(
+            [tuple(shares_r[j] for j in each) for each in index], vectors, add
+        )
+        for each, vector in zip(index, vectors):
+            ledger.add_vector_to_each(tuple(shares_1[j] for j in each), vector, add)
+    for c, ref, one in zip(compiled, reference, one_by_one):
+        assert c.tobytes() == ref.tobytes() == one.tobytes()
+    for c, ref, one in zip(shares_c, shares_r, shares_1):
+        assert c.tobytes() == ref.tobytes() == one.tobytes()
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", SEEDS)
 def test_queue_sums_identical(seed: int) -> None:
     """Proportion's per-queue request, allocated and non-preemptible sums are the same

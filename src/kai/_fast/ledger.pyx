@@ -172,6 +172,83 @@ def add_vector_to_each(tuple targets, object vector, bint add):
         PyBuffer_Release(&vv)
 
 
+def recharge_all(
+    object used, object idle, object releasing, list rows, list requests, list old_kinds,
+    list new_kinds,
+):
+    """:func:`kai.api.model.recharge_all`, compiled: the matrices are opened once."""
+    cdef Py_ssize_t count = len(rows)
+    if len(requests) != count or len(old_kinds) != count or len(new_kinds) != count:
+        raise ValueError("rows, requests and kinds of different lengths")
+    cdef Py_buffer v[3]  # used, idle, releasing
+    cdef Py_buffer vr
+    cdef Py_ssize_t k, i, n, n_rows
+    cdef int old_kind, new_kind
+    _get3(used, idle, releasing, v)
+    try:
+        n_rows, n = v[0].shape[0], v[0].shape[1]
+        if (
+            v[1].shape[0] != n_rows or v[2].shape[0] != n_rows
+            or v[1].shape[1] != n or v[2].shape[1] != n
+        ):
+            raise IndexError("capacity matrices of different shapes")
+        for k in range(count):
+            i = rows[k]
+            old_kind, new_kind = old_kinds[k], new_kinds[k]
+            _get(requests[k], &vr, 0, 1)
+            if vr.shape[0] != n or not (0 <= i < n_rows):
+                PyBuffer_Release(&vr)
+                raise IndexError(f"row {i} of a capacity matrix, {n} resources")
+            _charge(v, i, <const double*>vr.buf, n, old_kind, False)
+            _charge(v, i, <const double*>vr.buf, n, new_kind, True)
+            PyBuffer_Release(&vr)
+    finally:
+        _release3(v)
+
+
+# The most distinct targets add_vectors_to_each keeps open at once (a queue path's
+# vectors: more are opened for each addition).
+cdef enum:
+    MAX_OPEN_TARGETS = 32
+
+
+def add_vectors_to_each(list targets, list vectors, bint add):
+    """:func:`kai.api.model.add_vectors_to_each`, compiled: each target is opened once."""
+    cdef Py_ssize_t count = len(targets)
+    if len(vectors) != count:
+        raise ValueError("targets and vectors of different lengths")
+    cdef Py_buffer opened[MAX_OPEN_TARGETS]
+    cdef void* keys[MAX_OPEN_TARGETS]
+    cdef Py_ssize_t n_open = 0, k, j
+    cdef Py_buffer vv
+    cdef object target
+    try:
+        for k in range(count):
+            _get(vectors[k], &vv, 0, 1)
+            try:
+                for target in <tuple>targets[k]:
+                    j = 0
+                    while j < n_open and keys[j] != <void*>target:
+                        j += 1
+                    if j == n_open:
+                        if n_open == MAX_OPEN_TARGETS:
+                            _add_into(target, &vv, add)
+                            continue
+                        _get(target, &opened[j], PyBUF_WRITABLE, 1)
+                        keys[j] = <void*>target
+                        n_open += 1
+                    if opened[j].shape[0] != vv.shape[0]:
+                        raise ValueError(
+                            f"vectors of {opened[j].shape[0]} and {vv.shape[0]} elements"
+                        )
+                    _add(<double*>opened[j].buf, <const double*>vv.buf, vv.shape[0], add)
+            finally:
+                PyBuffer_Release(&vv)
+    finally:
+        for j in range(n_open):
+            PyBuffer_Release(&opened[j])
+
+
 cdef inline bint _is_any(object value, tuple among) noexcept:
     """Whether ``value`` is one of ``among`` (identity: statuses are enum members)."""
     cdef object member

@@ -489,6 +489,37 @@ def add_vector_to_each(targets: tuple[np.ndarray, ...], vector: np.ndarray, add:
         add_vector(target, vector, add)
 
 
+def recharge_all(
+    used: np.ndarray,
+    idle: np.ndarray,
+    releasing: np.ndarray,
+    rows: list[int],
+    requests: list[np.ndarray],
+    old_kinds: list[int],
+    new_kinds: list[int],
+) -> None:
+    """:func:`recharge_rows` of each request, in order: ``requests[k]`` on row
+    ``rows[k]``, from ``old_kinds[k]`` to ``new_kinds[k]``.
+
+    The reference of ``kai._fast.ledger.recharge_all``, which gives bit-identical rows.
+    """
+    for i, request, old, new in zip(rows, requests, old_kinds, new_kinds, strict=True):
+        recharge_rows(used, idle, releasing, i, request, old, new)
+
+
+def add_vectors_to_each(
+    targets: list[tuple[np.ndarray, ...]], vectors: list[np.ndarray], add: bool
+) -> None:
+    """:func:`add_vector_to_each` of each vector, in order: ``vectors[k]`` to each of
+    ``targets[k]``.
+
+    The reference of ``kai._fast.ledger.add_vectors_to_each``, which gives bit-identical
+    values.
+    """
+    for each, vector in zip(targets, vectors, strict=True):
+        add_vector_to_each(each, vector, add)
+
+
 class RowFunctions(NamedTuple):
     """The row arithmetic of statements and queue accounting, compiled or not."""
 
@@ -496,16 +527,31 @@ class RowFunctions(NamedTuple):
     recharge_rows: Callable[..., None]
     add_vector: Callable[..., None]
     add_vector_to_each: Callable[..., None]
+    recharge_all: Callable[..., None]
+    add_vectors_to_each: Callable[..., None]
 
 
 def row_functions() -> RowFunctions:
-    """:func:`charge_rows`, :func:`recharge_rows`, :func:`add_vector` and
-    :func:`add_vector_to_each`, compiled where ``kai._fast`` is."""
+    """The row arithmetic (:func:`charge_rows`, :func:`recharge_rows`,
+    :func:`add_vector`, :func:`add_vector_to_each` and their batches), compiled where
+    ``kai._fast`` is."""
     ledger = _fast.module("ledger")
     if ledger is None:
-        return RowFunctions(charge_rows, recharge_rows, add_vector, add_vector_to_each)
+        return RowFunctions(
+            charge_rows,
+            recharge_rows,
+            add_vector,
+            add_vector_to_each,
+            recharge_all,
+            add_vectors_to_each,
+        )
     return RowFunctions(
-        ledger.charge_rows, ledger.recharge_rows, ledger.add_vector, ledger.add_vector_to_each
+        ledger.charge_rows,
+        ledger.recharge_rows,
+        ledger.add_vector,
+        ledger.add_vector_to_each,
+        ledger.recharge_all,
+        ledger.add_vectors_to_each,
     )
 
 
@@ -514,6 +560,7 @@ class NodeTable:
 
     def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
         self._charge_rows, self._recharge_rows = row_functions()[:2]
+        self._recharge_all = row_functions().recharge_all
         nodes = sorted(nodes, key=lambda n: n.name)
         self.objects = nodes
         # Values plugins derive from the node objects alone (see derived()).
@@ -580,12 +627,14 @@ class NodeTable:
         state = dict(self.__dict__)
         del state["_charge_rows"]  # chosen again where the table is loaded
         del state["_recharge_rows"]
+        del state["_recharge_all"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_derived", {})
         self._charge_rows, self._recharge_rows = row_functions()[:2]
+        self._recharge_all = row_functions().recharge_all
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:
         """The value ``make()`` derives from the node objects alone (their labels,
@@ -681,6 +730,22 @@ class NodeTable:
             _ROW_KIND(status, ROWS_IDLE),
         )
         task.status = status
+
+    def restatus_all(self, tasks: list[Task], statuses: list[TaskStatus]) -> None:
+        """:meth:`restatus` of each of ``tasks`` to its status in ``statuses``, in order
+        (a task at most once)."""
+        self.version += 2 * len(tasks)
+        self._recharge_all(
+            self.used,
+            self.idle,
+            self.releasing,
+            [task.node for task in tasks],
+            [task.request for task in tasks],
+            [_ROW_KIND(task.status, ROWS_IDLE) for task in tasks],
+            [_ROW_KIND(status, ROWS_IDLE) for status in statuses],
+        )
+        for task, status in zip(tasks, statuses, strict=True):
+            task.status = status
 
     def hold(self, task: Holdable, node: int) -> None:
         """Keep ``task``'s request releasing on ``node`` (the node a moved victim runs on,
