@@ -245,6 +245,93 @@ def test_an_eviction_and_its_undo_charge_the_rows_as_removing_and_adding_the_pod
     assert run_ops() == in_one_step
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_evicting_many_pods_at_once_and_rolling_back_does_what_one_by_one_does(
+    seed: int, monkeypatch
+):
+    """Statement.evict_all, and a rollback over many evictions, change the pods, rows,
+    queue accounting and versions and the statement's operations as evicting and
+    undoing one pod at a time does, step by step: among pods placed in the session,
+    fractional pods, pods already evicted, a pod twice in one batch, and a plugin whose
+    event handler takes no batch (everything one by one then)."""
+
+    def run_ops(one_by_one: bool, with_tracker: bool) -> list:
+        rng = np.random.default_rng(seed)
+        objs = [node(f"n{i}", gpus=4) for i in range(3)] + [queue("q"), queue("r")]
+        objs += [
+            pod(f"p{i}", gpus=1, cpu="0.3", queue="qr"[i % 2], node=f"n{i % 3}") for i in range(9)
+        ]
+        objs += [pod("half", gpus=0.5, cpu="0.1", queue="q", node="n0")]
+        objs += [pod(f"w{i}", gpus=1, cpu="0.7", queue="r") for i in range(3)]
+        tracker = ("namespace-allocation-tracker",) if with_tracker else ()
+        plugins = ("predicates", "proportion", *tracker)
+        ssn = session(objs, plugins)
+        nodes, shares = ssn.nodes, ssn.cache["proportion"].shares
+        tasks = [job.tasks[0] for job in ssn.jobs.values()]
+        stmt = ssn.statement()
+        checkpoints: list[int] = []
+        seen = []
+        for _ in range(120):
+            step = rng.integers(4)
+            if step == 0:
+                chosen = [tasks[i] for i in rng.integers(len(tasks), size=int(rng.integers(1, 8)))]
+                chosen = [t for t in chosen if t.status is not TaskStatus.PENDING]
+                if one_by_one:
+                    for task in chosen:
+                        stmt.evict(task, "try")
+                else:
+                    stmt.evict_all(chosen, "try")
+            elif step == 1:
+                task = tasks[rng.integers(len(tasks))]
+                if task.status in (TaskStatus.RELEASING, TaskStatus.PENDING):
+                    stmt.pipeline(task, int(rng.integers(3)))
+            elif step == 2:
+                checkpoints.append(stmt.checkpoint())
+            elif checkpoints:
+                stmt.rollback(checkpoints.pop(rng.integers(len(checkpoints))))
+                checkpoints = [c for c in checkpoints if c <= stmt.checkpoint()]
+            seen.append(
+                (
+                    nodes.used.tobytes(),
+                    nodes.idle.tobytes(),
+                    nodes.releasing.tobytes(),
+                    nodes.version,
+                    [sorted(t.uid for t in on) for on in nodes.tasks],
+                    [(t.status, t.node, t.gpu_group, t.virtually_evicted) for t in tasks],
+                    [share.allocated.tobytes() for share in shares.values()],
+                    [share.allocated_non_preemptible.tobytes() for share in shares.values()],
+                    dict(ssn.queue_versions),
+                    ssn.queue_epoch,
+                    [
+                        (op.kind, op.task.uid, op.prev_status, op.prev_node, op.undone)
+                        for op in stmt.ops
+                    ],
+                    {t.uid: stmt._eviction_of(t) is not None for t in tasks},
+                    dict(ssn.cache.get("namespace-allocation-tracker", {})),
+                )
+            )
+        stmt.discard()
+        return seen
+
+    batches: list[int] = []
+    bump_all = Session._bump_all
+
+    def counted(self, tasks):
+        batches.append(len(tasks))
+        bump_all(self, tasks)
+
+    monkeypatch.setattr(Session, "_bump_all", counted)
+    together = run_ops(one_by_one=False, with_tracker=False)
+    assert max(batches) > 1  # pods evicted, and put back, together
+    with monkeypatch.context() as m:
+        m.setattr(Session, "batches_events", lambda self: False)  # rollback one by one too
+        assert run_ops(one_by_one=True, with_tracker=False) == together
+    # A handler with no batch form: evict_all and rollback go one by one themselves.
+    assert run_ops(one_by_one=False, with_tracker=True) == run_ops(
+        one_by_one=True, with_tracker=True
+    )
+
+
 def test_a_moved_pod_evicted_again_and_put_back_where_it_runs_returns_where_it_was_moved():
     ssn = session(
         [node("n1", gpus=2), node("n2", gpus=2), queue("q"), pod("b", gpus=1, queue="q", node="n1")]

@@ -103,10 +103,17 @@ class Event:
 
 @dataclass
 class EventHandler:
-    """The functions a plugin runs on allocate and deallocate events."""
+    """The functions a plugin runs on allocate and deallocate events.
+
+    ``allocate_all_func`` and ``deallocate_all_func`` take the events of many pods at
+    once, each pod already changed (:meth:`Session.fire_deallocate_all`): they must do
+    what the single-event function does for each, in order.  A handler without them
+    makes a batch fire its events one by one."""
 
     allocate_func: Callable[[Event], None] | None = None
     deallocate_func: Callable[[Event], None] | None = None
+    allocate_all_func: Callable[[list[Task]], None] | None = None
+    deallocate_all_func: Callable[[list[Task]], None] | None = None
 
 
 class NodeInfo:
@@ -908,6 +915,65 @@ class Session:
         for handler in self.event_handlers:
             if handler.deallocate_func is not None:
                 handler.deallocate_func(event)
+
+    def batches_events(self) -> bool:
+        """Whether every event handler takes a batch of events (``EventHandler``'s
+        ``*_all_func``): a statement may then change many pods and fire their events
+        together."""
+        return all(
+            (h.allocate_all_func is not None or h.allocate_func is None)
+            and (h.deallocate_all_func is not None or h.deallocate_func is None)
+            for h in self.event_handlers
+        )
+
+    def fire_allocate_all(self, tasks: list[Task]) -> None:
+        """:meth:`fire_allocate` for each of ``tasks`` in order, the pods all changed
+        before: the same versions and, where every handler takes a batch, one call
+        each."""
+        if all(
+            h.allocate_all_func is not None or h.allocate_func is None for h in self.event_handlers
+        ):
+            self._bump_all(tasks)
+            for handler in self.event_handlers:
+                if handler.allocate_all_func is not None:
+                    handler.allocate_all_func(tasks)
+        else:
+            for task in tasks:
+                self.fire_allocate(task)
+
+    def fire_deallocate_all(self, tasks: list[Task]) -> None:
+        """:meth:`fire_deallocate` for each of ``tasks`` in order, the pods all changed
+        before (see :meth:`fire_allocate_all`)."""
+        if all(
+            h.deallocate_all_func is not None or h.deallocate_func is None
+            for h in self.event_handlers
+        ):
+            self._bump_all(tasks)
+            for handler in self.event_handlers:
+                if handler.deallocate_all_func is not None:
+                    handler.deallocate_all_func(tasks)
+        else:
+            for task in tasks:
+                self.fire_deallocate(task)
+
+    def _bump_all(self, tasks: list[Task]) -> None:
+        """:meth:`bump_queue_versions` for each of ``tasks``: one sum per leaf queue."""
+        per_leaf: dict[str | None, int] = {}
+        example: dict[str | None, Task] = {}
+        for task in tasks:
+            job = task.job
+            leaf = job.queue if job is not None else None
+            count = per_leaf.get(leaf)
+            if count is None:
+                per_leaf[leaf] = 1
+                example[leaf] = task
+            else:
+                per_leaf[leaf] = count + 1
+        versions = self.queue_versions
+        for leaf, count in per_leaf.items():
+            for name in self._versioned_queues(example[leaf]):
+                versions[name] += count
+        self.queue_epoch += len(tasks)
 
     # ---------------------------------------------------------------- results
     def record_fit_error(self, job: Job, message: str) -> None:

@@ -26,6 +26,7 @@ pods; a fractional pod's device share is freed at once.)
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -208,6 +209,57 @@ class Statement:
         task.virtually_evicted = True
         self.ssn.fire_deallocate(task)
 
+    def evict_all(self, tasks: Iterable[Task], reason: str) -> None:
+        """:meth:`evict` each of ``tasks``, in order, with the same operations and
+        state.  Where every event handler takes a batch, the evictions of pods on their
+        nodes on whole GPUs (most victims) change their rows together
+        (:meth:`NodeTable.restatus_all`) and fire their events together
+        (:meth:`Session.fire_deallocate_all`)."""
+        ssn = self.ssn
+        if not ssn.batches_events():
+            for task in tasks:
+                self.evict(task, reason)
+            return
+        ops, standing = self.ops, self._standing
+        run: list[Task] = []
+        in_run: set[Task] = set()
+        for task in tasks:
+            if task in in_run:  # evicted again (restatus_all takes each pod once)
+                self._evicted_together(run)
+                run, in_run = [], set()
+            if not _plainly_evicted(task):
+                self._evicted_together(run)
+                run, in_run = [], set()
+                self.evict(task, reason)
+                continue
+            op = _Op(
+                "evict",
+                task,
+                task.status,
+                task.node,
+                task.gpu_group,
+                task.virtually_evicted,
+                reason,
+            )
+            ops.append(op)
+            held = standing.get(task)
+            if held is None:
+                standing[task] = [op]
+            else:
+                held.append(op)
+            run.append(task)
+            in_run.add(task)
+        self._evicted_together(run)
+
+    def _evicted_together(self, tasks: list[Task]) -> None:
+        """The rows, marks and events of the evictions of ``tasks`` (recorded)."""
+        if not tasks:
+            return
+        self.ssn.nodes.restatus_all(tasks, [TaskStatus.RELEASING] * len(tasks))
+        for task in tasks:
+            task.virtually_evicted = True
+        self.ssn.fire_deallocate_all(tasks)
+
     def _unplace(self, task: Task, reason: str) -> None:
         """Undo this session's placement of a task instead of evicting it."""
         self._apply_unplace(self._record("unplace", task, reason))
@@ -276,11 +328,34 @@ class Statement:
 
     def rollback(self, checkpoint: int) -> None:
         ops = self.ops
+        batches = self.ssn.batches_events()
         while len(ops) > checkpoint:
+            if batches and _undone_in_place(ops[-1]):
+                self._undo_evictions(checkpoint)
+                continue
             op = ops.pop()
             if op.kind == "evict" and not op.undone:
                 self._standing[op.task].pop()  # the last op: the latest standing one
             self._undo(op)
+
+    def _undo_evictions(self, checkpoint: int) -> None:
+        """Undo the last operations down to ``checkpoint`` while they are evictions
+        that :meth:`_undo` puts back in place, as it does, their events fired together
+        (:meth:`Session.fire_allocate_all`)."""
+        ops, standing = self.ops, self._standing
+        run: list[_Op] = []
+        in_run: set[Task] = set()
+        # A pod evicted twice ends the run: NodeTable.restatus_all takes each pod once.
+        while len(ops) > checkpoint and _undone_in_place(ops[-1]) and ops[-1].task not in in_run:
+            op = ops.pop()
+            standing[op.task].pop()  # the last op: the latest standing one
+            run.append(op)
+            in_run.add(op.task)
+        tasks = [op.task for op in run]
+        self.ssn.nodes.restatus_all(tasks, [op.prev_status for op in run])
+        for op in run:
+            op.task.virtually_evicted = op.prev_virtual
+        self.ssn.fire_allocate_all(tasks)
 
     def discard(self) -> None:
         self.rollback(0)
@@ -303,13 +378,7 @@ class Statement:
             self.ssn.fire_deallocate(task)
             return
         nodes = self.ssn.nodes
-        if (
-            op.kind == "evict"
-            and op.held < 0
-            and task.node == op.prev_node >= 0
-            and op.prev_status in _ON_NODE
-            and not task.is_shared_gpu
-        ):
+        if op.kind == "evict" and _in_place(op):
             # An eviction's own undo: the same pod back to its status on its node (an
             # evicted pod is releasing there, on its node's rows).
             nodes.restatus(task, op.prev_status)
@@ -398,6 +467,36 @@ class Statement:
         self.ops = []
         self._standing = {}
         return out
+
+
+def _plainly_evicted(task: Task) -> bool:
+    """Whether :meth:`Statement.evict` only turns ``task`` releasing on its node: a pod
+    the cluster runs (not placed by the session) on whole GPUs."""
+    status = task.status
+    return (
+        status not in _PLACED_BY_SESSION
+        and task.node >= 0
+        and status in _ON_NODE
+        and not task.is_shared_gpu
+    )
+
+
+def _in_place(op: _Op) -> bool:
+    """Whether undoing eviction ``op`` puts its pod back to its status on the node it is
+    releasing on (nothing held or vacated)."""
+    task = op.task
+    return (
+        op.held < 0
+        and task.node == op.prev_node >= 0
+        and op.prev_status in _ON_NODE
+        and not task.is_shared_gpu
+    )
+
+
+def _undone_in_place(op: _Op) -> bool:
+    """Whether :meth:`Statement.rollback` undoes ``op`` in place (:func:`_in_place`): an
+    eviction standing (not undone by a later operation)."""
+    return op.kind == "evict" and not op.undone and _in_place(op)
 
 
 #: ``Session.cache`` key of the tasks whose placement a committed eviction withdrew.

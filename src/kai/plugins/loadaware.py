@@ -253,7 +253,9 @@ class LoadAwarePlugin(Plugin):
         for task in ssn.state.tasks + ssn.state.foreign_tasks:
             self._sync(task)
 
-        ssn.add_event_handler(EventHandler(self._on_event, self._on_event))
+        ssn.add_event_handler(
+            EventHandler(self._on_event, self._on_event, self._on_events, self._on_events)
+        )
         ssn.add_batch_predicate_fn("loadaware", self._filter)
         ssn.add_batch_node_order_fn(self._score)
 
@@ -305,6 +307,10 @@ class LoadAwarePlugin(Plugin):
 
     def _on_event(self, event) -> None:
         self._sync(event.task)
+
+    def _on_events(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            self._sync(task)
 
     def _sync(self, task: Task) -> None:
         node = _counted_node(task)

@@ -49,8 +49,8 @@ from kai.framework.session import tasks_to_allocate
 UNLIMITED = -1.0
 #: The task resource columns of a queue vector ([cpu, memory, gpu]).
 QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
-# What an event on a queue's pod charges: its path's allocated vectors, and its path's
-# non-preemptible ones.
+# What an event on a queue's pod charges: its path's allocated vectors, and those followed
+# by its path's non-preemptible ones.
 _Charged = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
 # ALLOCATED in a fixed order, for the compiled queue sums (which compare identities).
 _ALLOCATED_STATUSES = tuple(sorted(ALLOCATED, key=lambda status: status.value))
@@ -268,7 +268,11 @@ class ProportionPlugin(Plugin):
     # ------------------------------------------------------------------ setup
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
-        self._add_to_each = row_functions().add_vector_to_each
+        rows = row_functions()
+        self._add_to_each, self._add_vectors_to_each = (
+            rows.add_vector_to_each,
+            rows.add_vectors_to_each,
+        )
         self._queue_columns = {}
         self._held: dict[tuple[Job, ...], tuple[float, float, float]] = {}
         self._held_stamp: tuple | None = None
@@ -282,7 +286,14 @@ class ProportionPlugin(Plugin):
         ssn.add_queue_order_fn(self.queue_order, job_key=self._job_key)
         ssn.add_is_job_over_capacity_fn(self.job_over_capacity)
         ssn.add_is_non_preemptible_job_over_quota_fn(self.non_preemptible_over_quota)
-        ssn.add_event_handler(EventHandler(self._on_allocate, self._on_deallocate))
+        ssn.add_event_handler(
+            EventHandler(
+                self._on_allocate,
+                self._on_deallocate,
+                self._on_allocate_all,
+                self._on_deallocate_all,
+            )
+        )
         ssn.add_queue_info_fns(
             fair_share=lambda q: self._as_dict(self.shares[q].fair_share),
             allocated=lambda q: self._as_dict(self.shares[q].allocated),
@@ -478,31 +489,31 @@ class ProportionPlugin(Plugin):
         return path
 
     def _charged_vectors(self, queue: str | None) -> _Charged | None:
-        """The allocated and the non-preemptible vectors of ``queue``'s path, leaf first
-        (None for an unknown queue)."""
+        """The vectors an event charges in ``queue``: the allocations of its path, leaf
+        first, and the same followed by the path's non-preemptible allocations (None
+        for an unknown queue)."""
         path = self._share_path(queue)
         if path is None:
             return None
-        return (
-            tuple(share.allocated for share in path),
-            tuple(share.allocated_non_preemptible for share in path),
-        )
+        allocated = tuple(share.allocated for share in path)
+        return allocated, allocated + tuple(share.allocated_non_preemptible for share in path)
 
-    def _charge(self, task: Task, sign: int) -> None:
-        """An allocate (+1) or deallocate (-1) event of ``task``: its queue vector is
-        added to (subtracted from) its queue and every ancestor.
+    def _charge_of(self, task: Task) -> tuple[tuple[np.ndarray, ...], np.ndarray] | None:
+        """What an event of ``task`` charges: the vectors it changes (its queue's path's
+        allocations, and their non-preemptible parts for a pod that counts as such) and
+        its queue vector; None for nothing.
 
         Semi-preemptible jobs: only the core (up to minMember) is non-preemptible.
         """
         job = task.job
         if job is None:
-            return
+            return None
         try:
             charged = self._charged[job.queue]
         except KeyError:
             charged = self._charged[job.queue] = self._charged_vectors(job.queue)
         if charged is None:
-            return
+            return None
         if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
             vec = queue_vector(self.ssn, task)
         else:
@@ -519,10 +530,26 @@ class ProportionPlugin(Plugin):
         # ``share += sign * vec`` for sign -1 is ``share -= vec``, bit for bit; each
         # vector is its own sum, so charging the path's allocations, then its
         # non-preemptible ones, adds the same as alternating them share by share
-        allocated, allocated_non_preemptible = charged
-        self._add_to_each(allocated, vec, sign > 0)
-        if non_preemptible:
-            self._add_to_each(allocated_non_preemptible, vec, sign > 0)
+        return charged[1] if non_preemptible else charged[0], vec
+
+    def _charge(self, task: Task, sign: int) -> None:
+        """An allocate (+1) or deallocate (-1) event of ``task``: its queue vector is
+        added to (subtracted from) its queue and every ancestor."""
+        got = self._charge_of(task)
+        if got is not None:
+            self._add_to_each(got[0], got[1], sign > 0)
+
+    def _charge_all(self, tasks: list[Task], sign: int) -> None:
+        """:meth:`_charge` of each of ``tasks``, in order."""
+        targets: list[tuple[np.ndarray, ...]] = []
+        vectors: list[np.ndarray] = []
+        charge_of = self._charge_of
+        for task in tasks:
+            got = charge_of(task)
+            if got is not None:
+                targets.append(got[0])
+                vectors.append(got[1])
+        self._add_vectors_to_each(targets, vectors, sign > 0)
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
         nodes = ssn.nodes
@@ -648,6 +675,12 @@ class ProportionPlugin(Plugin):
 
     def _on_deallocate(self, event) -> None:
         self._charge(event.task, -1)
+
+    def _on_allocate_all(self, tasks: list[Task]) -> None:
+        self._charge_all(tasks, +1)
+
+    def _on_deallocate_all(self, tasks: list[Task]) -> None:
+        self._charge_all(tasks, -1)
 
     def request_of(self, tasks: list[Task], *, conservative: bool = False) -> np.ndarray:
         """Summed [cpu, memory, gpu] of tasks not yet placed."""

@@ -368,8 +368,7 @@ def _failed(check: ReplacementCheck | None) -> Simulation:
 def _evict(ssn: Session, victims: list[Task], reason: str) -> Statement:
     """A statement that evicts ``victims``, in order (a simulation's first step)."""
     stmt = ssn.statement()
-    for task in victims:
-        stmt.evict(task, reason)
+    stmt.evict_all(victims, reason)
     return stmt
 
 
