@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from kai.api.errors import ConfigError
@@ -250,13 +251,14 @@ class MinRuntimePlugin(Plugin):
     @staticmethod
     def _validate(pending: Job, victim_jobs, victim_tasks, protected) -> bool:
         tasks = list(victim_tasks)
-        jobs: dict[int, Job] = {}
-        for job in list(victim_jobs) + [t.job for t in tasks if t.job is not None]:
-            jobs.setdefault(id(job), job)
-        for job in jobs.values():
-            if not job.is_elastic() or not protected(pending, job):
+        seen: set[Job] = set()
+        for job in chain(victim_jobs, (t.job for t in tasks)):
+            # Only an elastic job can be left below its minimum (is_elastic, inline: a
+            # scenario may hold thousands of one-pod jobs).
+            if job is None or job.min_member >= len(job.tasks) or job in seen:
                 continue
-            if kept_active(job, tasks) < job.min_member:
+            seen.add(job)
+            if protected(pending, job) and kept_active(job, tasks) < job.min_member:
                 return False
         return True
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,8 @@ QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
 # What an event on a queue's pod charges: its path's allocated vectors, and those followed
 # by its path's non-preemptible ones.
 _Charged = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
+# What a job's cached request is kept by, per pod.
+_TASK_STATE = attrgetter("uid", "status", "virtually_evicted")
 # ALLOCATED in a fixed order, for the compiled queue sums (which compare identities).
 _ALLOCATED_STATUSES = tuple(sorted(ALLOCATED, key=lambda status: status.value))
 
@@ -274,6 +277,7 @@ class ProportionPlugin(Plugin):
             rows.add_vectors_to_each,
         )
         self._queue_columns = {}
+        self._whole_charges: dict[int, tuple[np.ndarray, tuple[float, float, float]]] = {}
         self._held: dict[tuple[Job, ...], tuple[float, float, float]] = {}
         self._held_stamp: tuple | None = None
         gpu_mem = ssn.nodes.gpu_memory_mib[ssn.nodes.gpu_memory_mib > 0]
@@ -689,8 +693,18 @@ class ProportionPlugin(Plugin):
         # task's vector to an array of zeros (a large gang's request is read often).
         cpu = memory = gpu = 0.0
         ssn = self.ssn
+        whole = self._whole_charges
         for task in tasks:
-            c, m, g = queue_charge(ssn, task, for_request=True, min_gpu_memory=mem)
+            if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
+                c, m, g = queue_charge(ssn, task, for_request=True, min_gpu_memory=mem)
+            else:
+                # A pod on whole GPUs charges its request's columns: read once per
+                # request vector.
+                request = task.request
+                known = whole.get(id(request))
+                if known is None or known[0] is not request:
+                    known = whole[id(request)] = (request, queue_charge(ssn, task))
+                c, m, g = known[1]
             cpu += c
             memory += m
             gpu += g
@@ -799,7 +813,7 @@ class ProportionPlugin(Plugin):
         # Cached per job state: the next chunk (gang, then one pod at a time) changes
         # whenever one of the job's tasks changes status, as KAI invalidates its cache.
         # The pods are named too: views of one job may hold different pods.
-        state = tuple([(t.uid, t.status, t.virtually_evicted) for t in job.tasks])
+        state = tuple(map(_TASK_STATE, job.tasks))
         key = ("proportion.job_request", job.key, state)
         cached = self.ssn.cache.get(key)
         if cached is None:
