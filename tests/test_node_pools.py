@@ -81,3 +81,43 @@ def test_a_scheduler_of_another_name_schedules_its_pods_in_every_pool():
     # To the default scheduler's sessions these pods are another scheduler's.
     others = kai.run_session(kai.Snapshot(loaded), actions=["allocate"])
     assert all(p.node is None for p in others.pods.values())
+
+
+def relabelled_node_cluster():
+    """Node a1 moved to pool a while pool b's gang still runs a pod on it."""
+    return [
+        labelled(node("a1", gpus=8), "a"),
+        labelled(node("b1", gpus=8), "b"),
+        labelled(queue("qa", gpu=(8, -1, 1)), "a"),
+        labelled(queue("qb", gpu=(16, -1, 1)), "b"),
+        labelled(podgroup("ja", queue="qa"), "a"),
+        pod("ja-0", gpus=8, group="ja"),
+        labelled(podgroup("jb", queue="qb", min_member=2), "b"),
+        pod("jb-0", gpus=8, group="jb", node="a1", phase="Running"),
+        pod("jb-1", gpus=8, group="jb"),
+    ]
+
+
+def test_a_pod_on_another_pools_node_holds_that_node_and_stays_its_own_pools():
+    # As KAI-Scheduler's shards: every shard adds every pod to its node, and a pod
+    # group's pods to its job.
+    out = run(relabelled_node_cluster(), ["allocate"])
+    s = statuses(out)
+    # Pool a does not place onto the GPUs pool b's pod holds on a1.
+    assert s["default/ja-0"] == ("Pending", None)
+    assert "nvidia.com/gpu" in out["podGroups"]["default/ja"]["reason"]
+    # Pool b counts its running pod: the gang needs only jb-1, which fits on b1.
+    assert s["default/jb-0"] == ("Running", "a1")
+    assert s["default/jb-1"] == ("Binding", "b1")
+    assert out["queues"]["qb"]["allocated"]["gpu"] == 16.0
+    # The pod is reported once, by its own pool.
+    assert "default/jb" in out["podGroups"] and "default/jb-0" not in out["podGroups"]
+
+
+def test_each_pool_alone_sees_the_pod_on_another_pools_node():
+    snap = kai.Snapshot.from_objects(relabelled_node_cluster())
+    pool_a = kai.run_session(snap, actions=["allocate"], node_pool="a")
+    assert pool_a.pods["default/ja-0"].node is None
+    assert pool_a.pods["default/jb-0"].node == "a1"  # a pod holding a1, as another's
+    pool_b = kai.run_session(snap, actions=["allocate"], node_pool="b")
+    assert pool_b.pods["default/jb-1"].node == "b1"

@@ -251,15 +251,21 @@ def run_session(
     if len(shards) <= 1:
         return _run_one(snapshot, config, clock, backend, usage)
     return _merge(
-        [_run_one(snapshot.shard(objs), config, clock, backend, usage) for objs in shards]
+        [(_run_one(snapshot.shard(objs), config, clock, backend, usage), objs) for objs in shards]
     )
 
 
-def _merge(results: list[SessionResult]) -> SessionResult:
+def _merge(results: list[tuple[SessionResult, ClusterObjects]]) -> SessionResult:
+    """One result of the pools' sessions (each with its objects): a pod is reported by
+    its own pool, not by the one where it holds a node's capacity."""
     merged = SessionResult([], {}, {}, {})
-    for result in results:
+    for result, objects in results:
         merged.decisions.extend(result.decisions)
-        merged.pods.update(result.pods)
+        if objects.occupants:
+            elsewhere = {pod.key for pod in objects.occupants}
+            merged.pods.update(item for item in result.pods.items() if item[0] not in elsewhere)
+        else:
+            merged.pods.update(result.pods)
         merged.pod_groups.update(result.pod_groups)
         merged.queues.update(result.queues)
         merged.warnings.extend(result.warnings)

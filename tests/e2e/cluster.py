@@ -225,11 +225,19 @@ class Cluster:
         self.core = e2e.core
         self.custom = e2e.custom
         self.procs: list[KaiProcess] = []
+        self.pools = [pool]  # this test's node pools (cleaned up)
         e2e.ensure_service_account(self.ns, "default")
 
     @property
     def labels(self) -> dict[str, str]:
         return {POOL_LABEL: self.pool}
+
+    def other_pool(self, suffix: str) -> dict[str, str]:
+        """The labels of a second node pool of this test (its nodes and queues are
+        cleaned up with the test's)."""
+        pool = f"{self.pool}-{suffix}"
+        self.pools.append(pool)
+        return {POOL_LABEL: pool}
 
     # ------------------------------------------------------------------ objects
     def node(
@@ -261,7 +269,11 @@ class Cluster:
 
     def wait_nodes_ready(self, timeout: float = 30) -> None:
         def ready() -> bool:
-            nodes = self.core.list_node(label_selector=f"{POOL_LABEL}={self.pool}").items
+            nodes = [
+                node
+                for pool in self.pools
+                for node in self.core.list_node(label_selector=f"{POOL_LABEL}={pool}").items
+            ]
             return bool(nodes) and all(
                 not any(t.key.startswith("node.kubernetes.io/") for t in (n.spec.taints or []))
                 and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
@@ -323,6 +335,7 @@ class Cluster:
         priority_class: str | None = None,
         annotations: dict[str, str] | None = None,
         spec: dict | None = None,
+        labels: dict[str, str] | None = None,
     ) -> str:
         body: dict[str, Any] = {"minMember": min_member, "queue": f"{self.pool}-{queue}"}
         if priority_class:
@@ -338,7 +351,7 @@ class Cluster:
                 "kind": "PodGroup",
                 "metadata": {
                     "name": name,
-                    "labels": self.labels,
+                    "labels": {**self.labels, **(labels or {})},
                     "annotations": annotations or {},
                 },
                 "spec": body,
@@ -476,12 +489,13 @@ class Cluster:
                 self.core.delete_namespaced_pod(pod.metadata.name, self.ns, body=grace)
             except ApiException:
                 pass
-        selector = f"{POOL_LABEL}={self.pool}"
-        for node in self.core.list_node(label_selector=selector).items:
-            self.core.delete_node(node.metadata.name)
-        for q in self.custom.list_cluster_custom_object(
-            GROUP, Q_VERSION, "queues", label_selector=selector
-        )["items"]:
-            self.custom.delete_cluster_custom_object(
-                GROUP, Q_VERSION, "queues", q["metadata"]["name"]
-            )
+        for pool in self.pools:
+            selector = f"{POOL_LABEL}={pool}"
+            for node in self.core.list_node(label_selector=selector).items:
+                self.core.delete_node(node.metadata.name)
+            for q in self.custom.list_cluster_custom_object(
+                GROUP, Q_VERSION, "queues", label_selector=selector
+            )["items"]:
+                self.custom.delete_cluster_custom_object(
+                    GROUP, Q_VERSION, "queues", q["metadata"]["name"]
+                )

@@ -71,3 +71,26 @@ def test_a_renamed_scheduler_binds_when_its_shard_holds_another_pools_pod(
     cluster.kai("--scheduler-name=gpu-scheduler")
     wait_for(lambda: cluster.bound("ours-0"), 60, "the renamed scheduler's pod bound")
     assert cluster.placement()["ours-0"] == node
+
+
+def test_a_pool_counts_its_gang_pod_running_on_another_pools_node(cluster: Cluster) -> None:
+    # A node moved to this test's pool while pool b's gang still runs a pod on it.  As
+    # every KAI-Scheduler shard lists every pod, pool b's scheduler counts that pod in
+    # its gang and places the rest; this pool's keeps the node's GPUs it holds.
+    pool_b = cluster.other_pool("b")
+    moved = cluster.node("moved", gpus=2)
+    theirs = cluster.node("theirs", gpus=2, labels=pool_b)
+    cluster.wait_nodes_ready()
+    cluster.queue("team-b", gpu_quota=4, labels=pool_b)
+    cluster.pod_group("gang", "team-b", min_member=2, labels=pool_b)
+    cluster.pod("gang-0", group="gang", gpus=2, node_name=moved, labels=pool_b)
+    cluster.pod("gang-1", group="gang", gpus=2, labels=pool_b)
+    cluster.queue("team", gpu_quota=2)
+    cluster.pod_group("ours", "team")
+    cluster.pod("ours-0", group="ours", gpus=2)
+    cluster.kai(f"--partition-label-value={pool_b[POOL_LABEL]}", lease=pool_b[POOL_LABEL])
+    cluster.kai()
+    wait_for(lambda: cluster.bound("gang-1"), 60, "the rest of pool b's gang bound")
+    assert cluster.placement()["gang-1"] == theirs
+    time.sleep(2)  # ten cycles of this pool's scheduler
+    assert cluster.placement()["ours-0"] is None  # the moved node's GPUs are held

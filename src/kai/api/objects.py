@@ -324,3 +324,6 @@ class ClusterObjects:
     node_metrics: list[NodeMetricObject] = field(default_factory=list)
     others: list[GenericObject] = field(default_factory=list)
     config: SchedulerConfigObject | None = None
+    # Pods of other node pools on these nodes (kai.snapshot.partition): they hold their
+    # nodes' capacity, as other schedulers' pods do, and their own pool schedules them.
+    occupants: list[PodObject] = field(default_factory=list)

@@ -51,11 +51,11 @@ from kai.engine import (
     SessionResult,
 )
 from kai.k8s import protobuf
-from kai.k8s.cache import POD_GROUP_ANNOTATION, CacheSnapshot, ClusterCache
+from kai.k8s.cache import CacheSnapshot, ClusterCache
 from kai.k8s.client import POD_GROUP, KubeClient, status_of
 from kai.k8s.connections import PipelineRequest
 from kai.k8s.metrics import SchedulerMetrics
-from kai.snapshot.builder import GPU_GROUP_LABEL
+from kai.snapshot.builder import GPU_GROUP_LABEL, POD_GROUP_ANNOTATION
 
 log = logging.getLogger(__name__)
 

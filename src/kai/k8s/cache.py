@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import methodcaller
 from typing import Any
 
 from kai.api.errors import InputError
@@ -37,10 +38,10 @@ from kai.k8s.client import (
     status_of,
 )
 from kai.snapshot.loader import convert_object
+from kai.snapshot.partition import pod_pools
 
 log = logging.getLogger(__name__)
 
-POD_GROUP_ANNOTATION = "pod-group-name"
 
 Key = tuple[str, str | None, str]  # (kind, namespace, name)
 
@@ -371,10 +372,7 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ snapshot
     def _in_partition(self, labels: Mapping[str, str] | None) -> bool:
-        value = (labels or {}).get(self.nodepool_label_key)
-        if self.partition_label_value == "":
-            return value is None
-        return value == self.partition_label_value
+        return (labels or {}).get(self.nodepool_label_key) == self._partition_value()
 
     def snapshot(self) -> CacheSnapshot:
         """Typed objects of this cycle (this shard's only), and those left out as bad."""
@@ -441,20 +439,24 @@ class ClusterCache:
         for kind in self.kinds:
             if kind.metadata_only:
                 out.others.extend(obj for _, obj in sorted_items(kind.name))
+        # Each pod's pools as partition() finds them (kai.snapshot.partition.pod_pools):
+        # one of this shard's pods, or an occupant of one of its nodes.
+        key = self.nodepool_label_key
+        node_pool = {node.name: node.labels.get(key) for _, node in sorted_items("Node")}
+        group_pool = {name: pg.labels.get(key) for name, (_, pg) in groups_all.items()}
+        mine, pool_of = self._partition_value(), methodcaller("get", key)
         for raw, pod in sorted_items("Pod"):
-            if self._pod_in_shard(pod, nodes, groups_all, kept_groups):
+            pool, holding = pod_pools(pod, node_pool, group_pool, pool_of, key)
+            if pool == mine:
                 out.pods.append(pod)
                 snap.pods[pod.key] = raw
+            elif mine in holding:
+                out.occupants.append(pod)
         return snap
 
-    def _pod_in_shard(self, pod: PodObject, nodes: dict, groups_all: dict, kept: dict) -> bool:
-        if pod.node_name:
-            # A placed pod matters where it uses resources: on this shard's nodes.
-            return pod.node_name in nodes
-        group = pod.annotations.get(POD_GROUP_ANNOTATION)
-        if group and (pod.namespace, group) in groups_all:
-            return (pod.namespace, group) in kept
-        return self._in_partition(pod.labels)
+    def _partition_value(self) -> str | None:
+        """This shard's value of the node-pool label (None: the label absent)."""
+        return self.partition_label_value or None
 
     @staticmethod
     def _valid_queues(items: list[tuple[dict, QueueObject]], bad: list[BadObject]):

@@ -61,6 +61,11 @@ def build_state(
     else:
         groups, members, lists = compiled.group_index(objects.pod_groups)
         placed = compiled.assemble(make_job, objects.pods, scheduler_name, groups, members, lists)
+    for pod in objects.occupants:
+        task = make_job.make_task(pod, None)
+        if task.node >= 0:  # on this pool's node (a pod that ended holds nothing)
+            state.foreign_tasks.append(task)
+            placed.append(task)
     _charge_placed(nodes, placed)
     return state
 
@@ -308,7 +313,7 @@ def _resource_table(objects: ClusterObjects) -> ResourceTable:
     declared: set[str] = set()
     for node in objects.nodes:
         declared.update(node.allocatable)
-    requested = set().union(*map(attrgetter("requests"), objects.pods))
+    requested = set().union(*map(attrgetter("requests"), objects.pods + objects.occupants))
     extended = {
         name for name in declared | requested if ResourceTable.schedulable_resource(name, declared)
     }
