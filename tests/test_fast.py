@@ -493,6 +493,29 @@ def test_batched_row_arithmetic_identical(seed: int) -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_add_at_identical(seed: int) -> None:
+    """The compiled ``np.add.at`` adds the same bits to vectors and matrices, an index
+    repeating nodes included, and refuses an index out of range with nothing added."""
+    ledger = _fast.module("ledger")
+    assert ledger is not None
+    rng = np.random.default_rng(seed)
+    for shape in ((50,), (50, 6)):
+        target = rng.random(shape) * 1e3
+        for _ in range(20):
+            index = rng.integers(50, size=int(rng.integers(0, 200)))
+            values = np.round(rng.random((len(index), *shape[1:])) * 10, 1)
+            reference = target.copy()
+            np.add.at(reference, index, values)
+            ledger.add_at(target, index, values)
+            assert target.tobytes() == reference.tobytes()
+        before = target.tobytes()
+        with pytest.raises(IndexError):
+            ledger.add_at(target, np.array([3, 50]), np.ones((2, *shape[1:])))
+        assert target.tobytes() == before
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", SEEDS)
 def test_queue_sums_identical(seed: int) -> None:
     """Proportion's per-queue request, allocated and non-preemptible sums are the same

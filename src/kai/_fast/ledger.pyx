@@ -206,6 +206,59 @@ def recharge_all(
         _release3(v)
 
 
+cdef bint _is_int64(const char* fmt) noexcept:
+    """Whether a buffer format is an 8-byte signed integer (numpy's intp and int64)."""
+    if fmt == NULL:
+        return False
+    if fmt[0] == b"<" or fmt[0] == b"=" or fmt[0] == b"@":
+        fmt += 1
+    return (fmt[0] == b"l" or fmt[0] == b"q" or fmt[0] == b"n") and fmt[1] == 0
+
+
+def add_at(object target, object index, object values):
+    """``np.add.at(target, index, values)`` for a float64 vector or matrix ``target``,
+    an int64 ``index`` and ``values`` of one element or row per index: the same
+    additions, one at a time in index order, so the same bits."""
+    cdef Py_buffer vt, vi, vv
+    cdef Py_ssize_t k, j, n, width, count, row
+    cdef double* t
+    cdef const double* v
+    cdef const long long* idx
+    PyObject_GetBuffer(target, &vt, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    try:
+        if vt.ndim not in (1, 2) or vt.itemsize != 8 or vt.format == NULL or (
+            strcmp(vt.format, b"d") != 0 and strcmp(vt.format, b"<d") != 0
+        ):
+            raise TypeError("expected a contiguous float64 vector or matrix")
+        n = vt.shape[0]
+        width = 1 if vt.ndim == 1 else vt.shape[1]
+        _get(values, &vv, 0, vt.ndim)
+        try:
+            PyObject_GetBuffer(index, &vi, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+            try:
+                if vi.ndim != 1 or vi.itemsize != 8 or not _is_int64(vi.format):
+                    raise TypeError("expected a contiguous int64 index")
+                count = vi.shape[0]
+                if vv.shape[0] != count or (vt.ndim == 2 and vv.shape[1] != width):
+                    raise ValueError(f"{count} indices and values of shape {vv.shape[0]}")
+                t = <double*>vt.buf
+                v = <const double*>vv.buf
+                idx = <const long long*>vi.buf
+                for k in range(count):
+                    if not (0 <= idx[k] < n):
+                        raise IndexError(f"index {idx[k]} out of bounds for {n} rows")
+                for k in range(count):
+                    row = idx[k] * width
+                    for j in range(width):
+                        t[row + j] = t[row + j] + v[k * width + j]
+            finally:
+                PyBuffer_Release(&vi)
+        finally:
+            PyBuffer_Release(&vv)
+    finally:
+        PyBuffer_Release(&vt)
+
+
 # The most distinct targets add_vectors_to_each keeps open at once (a queue path's
 # vectors: more are opened for each addition).
 cdef enum:
