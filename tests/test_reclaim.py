@@ -231,8 +231,9 @@ def test_a_pod_larger_than_every_node_is_not_reclaimed_for() -> None:
 
 def test_victim_queues_refused_whole_decide_as_asking_about_each_job(monkeypatch) -> None:
     """Reclaim leaves out the victim queues its queue-level filters refuse (proportion's
-    rule reads a victim only through its queue) instead of asking about each job: the
-    same decisions as asking, on generated contested clusters and a reclaim storm."""
+    rule reads a victim only through its queue) instead of asking about each job, and
+    asks those filters once per queue of the others: the same decisions as asking about
+    each job, on generated contested clusters and a reclaim storm."""
     import kai.bench as bench
     from kai.bench_clusters import NOW, random_cluster
     from kai.engine import Snapshot, run_session
@@ -263,6 +264,12 @@ def test_victim_queues_refused_whole_decide_as_asking_about_each_job(monkeypatch
     by_queue = sessions()
     assert any(refused) and not all(refused), refused.count(True)
     monkeypatch.setattr(Session, "reclaim_victim_queue_refused", lambda *args: False)
+    assert sessions() == by_queue
+    monkeypatch.setattr(
+        Session,
+        "reclaim_victim_filter_in",
+        lambda self, reclaimer, queue: lambda job: self.reclaim_victim_filter(reclaimer, job),
+    )
     assert sessions() == by_queue
 
 

@@ -80,6 +80,7 @@ def run_eviction_action(
     precheck: Callable[[Job], bool] | None = None,
     candidates: Callable[[Job], list[Job]] | None = None,
     accept_leaf: Callable[[Job, str, VictimPool], bool] | None = None,
+    accept_in: Callable[[Job, str], Callable[[Job], bool]] | None = None,
     signatures_per_queue: bool = True,
 ) -> None:
     """Pop pending jobs in queue order and search victims for each (see kai.actions.solvers).
@@ -91,6 +92,8 @@ def run_eviction_action(
     or some job-order function has no sort key (then the list is built per job).
     ``accept_leaf(preemptor, queue, pool)``, if given, is False only for leaf queues
     none of whose jobs ``accept`` takes (``pool`` tells what the leaf holds).
+    ``accept_in(preemptor, queue)``, if given, is ``accept(preemptor, ·)`` for the jobs
+    of leaf queue ``queue``, made once per leaf and search.
 
     ``refuse(job)``, if given, is asked first: a job it gives a reason for (recorded as
     the job's fit error) is not tried and does not count as failed.  ``precheck(job)``,
@@ -131,6 +134,9 @@ def run_eviction_action(
             return made.candidates(
                 lambda job: job is not preemptor and accept(preemptor, job),
                 None if accept_leaf is None else lambda queue: accept_leaf(preemptor, queue, made),
+                None
+                if accept_in is None
+                else lambda queue: _but(preemptor, accept_in(preemptor, queue)),
             )
         return [
             job
@@ -271,3 +277,8 @@ def run_eviction_action(
         ssn.cache[VICTIM_POOL_KEY] = (pool, ssn.nodes.version)
     if pending is not None:
         ssn.cache[PENDING_POOL_KEY] = (pending, ssn.nodes.version)
+
+
+def _but(preemptor: Job, accept: Callable[[Job], bool]) -> Callable[[Job], bool]:
+    """``accept`` of every job but ``preemptor``."""
+    return lambda job: job is not preemptor and accept(job)

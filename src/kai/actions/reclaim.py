@@ -10,6 +10,8 @@ Victims are evicted (Releasing) and the reclaimer is pipelined onto what they fr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kai.actions import register_action
 from kai.actions._eviction import run_eviction_action
 from kai.actions.solvers.scenario import Scenario
@@ -22,6 +24,12 @@ def reclaim(ssn: Session) -> None:
     def accept(reclaimer: Job, job: Job) -> bool:
         """Beyond a potential victim (valid, preemptible, running, known queue)."""
         return job.queue != reclaimer.queue and ssn.reclaim_victim_filter(reclaimer, job)
+
+    def accept_in(reclaimer: Job, queue: str) -> Callable[[Job], bool]:
+        """``accept`` for the jobs of leaf queue ``queue``."""
+        if queue == reclaimer.queue:
+            return lambda job: False
+        return ssn.reclaim_victim_filter_in(reclaimer, queue)
 
     def validator(reclaimer: Job) -> Validator:
         def check(scenario: Scenario, preempted: list[Task], moved: list[Task]) -> bool:
@@ -50,6 +58,7 @@ def reclaim(ssn: Session) -> None:
         accept_leaf=lambda reclaimer, queue, pool: (
             queue != reclaimer.queue and not ssn.reclaim_victim_queue_refused(reclaimer, queue)
         ),
+        accept_in=accept_in,
         validator=validator,
     )
 

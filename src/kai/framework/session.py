@@ -592,15 +592,38 @@ class Session:
 
     def reclaim_victim_queue_refused(self, reclaimer: Job, queue: str) -> bool:
         """Whether :meth:`reclaim_victim_filter` refuses every victim in ``queue`` for
-        ``reclaimer`` by the filters that answer per queue (``by_queue``), asked in order
-        up to the first that does not: a filter after that one would be asked of each
-        job before it (and may count what it is asked)."""
-        for reg in self._regs.get("reclaim_victim_filter", ()):
+        ``reclaimer`` by the filters that answer per queue (see
+        :meth:`reclaim_victim_filter_in`)."""
+        return self.reclaim_victim_filter_in(reclaimer, queue) is _refuse_all
+
+    def reclaim_victim_filter_in(self, reclaimer: Job, queue: str) -> Callable[[Job], bool]:
+        """:meth:`reclaim_victim_filter` of ``reclaimer`` for the victims of leaf queue
+        ``queue``: the filters that answer per queue (``by_queue``) are asked here, in
+        order up to the first that does not (a filter after that one would be asked of
+        each job before it, and may count what it is asked); the others are asked of
+        each job."""
+        regs = self._regs.get("reclaim_victim_filter", ())
+        first = 0
+        for reg in regs:
             if reg.by_queue is None:
-                return False
+                break
             if not reg.by_queue(reclaimer, queue):
-                return True
-        return False
+                return _refuse_all
+            first += 1
+        rest = [reg.fn for reg in regs[first:]]
+        if not rest:
+            return _accept_all
+        if len(rest) == 1:
+            (only,) = rest
+            return lambda victim: bool(only(reclaimer, victim))
+
+        def accepts(victim: Job) -> bool:
+            for fn in rest:
+                if not fn(reclaimer, victim):
+                    return False
+            return True
+
+        return accepts
 
     def _all_accept(self, point: str, actor: Job, victim: Job) -> bool:
         # Asked of every candidate victim of every search: a loop, not all() over a
@@ -986,6 +1009,14 @@ class Session:
     def queue_path(self, name: str) -> list[str]:
         """Root-to-leaf list of queue names ending with ``name``."""
         return queue_path(self.queues, name)
+
+
+def _refuse_all(victim: Job) -> bool:
+    return False
+
+
+def _accept_all(victim: Job) -> bool:
+    return True
 
 
 # A job's next chunk is what the actions place and what the proportion plugin counts as

@@ -197,10 +197,13 @@ class VictimPool(LeafPool):
                 entries[:] = kept
 
     def candidates(
-        self, accept: Callable[[Job], bool], leaf_ok: Callable[[str], bool] | None = None
+        self,
+        accept: Callable[[Job], bool],
+        leaf_ok: Callable[[str], bool] | None = None,
+        accept_in: Callable[[str], Callable[[Job], bool]] | None = None,
     ) -> VictimCandidates:
         self._refresh()
-        return VictimCandidates(self, accept, leaf_ok)
+        return VictimCandidates(self, accept, leaf_ok, accept_in)
 
     def __len__(self) -> int:
         self._refresh()
@@ -214,6 +217,9 @@ _FEW_CHANGES = 32
 class VictimCandidates:
     """The pool's jobs that ``accept`` (evaluated lazily, once per job) for one preemptor.
 
+    ``accept_in(leaf)``, where given, is ``accept`` for the jobs of one leaf queue
+    (made on the leaf's first job: what a filter answers per queue is asked once).
+
     Iterating it evaluates the filter on every pool job: generators that need the whole
     candidate list may do so, the victim queue does not.
     """
@@ -223,9 +229,12 @@ class VictimCandidates:
         pool: VictimPool,
         accept: Callable[[Job], bool],
         leaf_ok: Callable[[str], bool] | None = None,
+        accept_in: Callable[[str], Callable[[Job], bool]] | None = None,
     ) -> None:
         self.pool = pool
         self._accept = accept
+        self._accept_in = accept_in
+        self._leaf_accepts: dict[str, Callable[[Job], bool]] = {}
         self.memo: dict[Job, bool] = {}
         # tasks_to_evict of whole jobs: the session state is the same whenever a victim
         # queue of this search is read (simulations are undone before it goes on).
@@ -248,7 +257,14 @@ class VictimCandidates:
     def accepts(self, job: Job) -> bool:
         ok = self.memo.get(job)
         if ok is None:
-            ok = self.memo[job] = bool(self._accept(job))
+            if self._accept_in is None:
+                ok = self.memo[job] = bool(self._accept(job))
+            else:
+                leaf = job.queue or ""
+                accept = self._leaf_accepts.get(leaf)
+                if accept is None:
+                    accept = self._leaf_accepts[leaf] = self._accept_in(leaf)
+                ok = self.memo[job] = bool(accept(job))
         return ok
 
     def __iter__(self):
@@ -314,42 +330,40 @@ class _LeafSteps:
 
     def extend(self, ssn: Session) -> bool:
         """Read down to the next accepted job; False when the leaf has no more."""
+        return self.read(ssn, 1) > 0
+
+    def read(self, ssn: Session, count: int) -> int:
+        """Read up to ``count`` more accepted jobs; how many there were."""
         cands = self._cands()
         assert cands is not None  # they outlive their steps
-        below = (self.positions[-1] if self.positions else len(self.entries)) - 1
-        pos = self._accepted.at_or_below(below, cands.accepts)
-        if pos < 0:
-            return False
-        job = self.entries[pos][2]
-        memo = cands.evictions
-        got = memo.get(job)
-        if got is None:
-            got = memo[job] = whole_job_eviction(ssn, job)
-        self._append(pos, job, got)
-        return True
-
-    def read(self, ssn: Session, count: int) -> None:
-        """Read up to ``count`` more accepted jobs."""
-        for _ in range(count):
-            if not self.extend(ssn):
-                return
-
-    def _append(self, pos: int, job: Job, got: Eviction) -> None:
-        self.positions.append(pos)
-        self.neg.append(-pos)
-        self.gots.append(got)
-        tasks, more, batch, prepared = got
-        self.batches.append(batch)
-        simple = (
-            prepared is not None
-            and not more
-            and len(prepared.items) == 1
-            and len(job.tasks) == 1
-            and prepared.sums[0][2]  # whole GPUs
-        )
-        self._simple.append(simple)
-        if simple:
-            self.simple_at[tasks[0]] = len(self.gots) - 1
+        accepted, accepts, memo = self._accepted, cands.accepts, cands.evictions
+        entries, positions, gots = self.entries, self.positions, self.gots
+        below = (positions[-1] if positions else len(entries)) - 1
+        for done in range(count):
+            pos = accepted.at_or_below(below, accepts)
+            if pos < 0:
+                return done
+            job = entries[pos][2]
+            got = memo.get(job)
+            if got is None:
+                got = memo[job] = whole_job_eviction(ssn, job)
+            positions.append(pos)
+            self.neg.append(-pos)
+            gots.append(got)
+            tasks, more, batch, prepared = got
+            self.batches.append(batch)
+            simple = (
+                prepared is not None
+                and not more
+                and len(prepared.items) == 1
+                and len(job.tasks) == 1
+                and prepared.sums[0][2]  # whole GPUs
+            )
+            self._simple.append(simple)
+            if simple:
+                self.simple_at[tasks[0]] = len(gots) - 1
+            below = pos - 1
+        return count
 
 
 class _StepArrays:
@@ -422,9 +436,10 @@ class _Accepted:
         if pos < 0:
             return -1
         entries, neg = self.entries, self.neg
-        i = bisect_left(neg, -pos)
-        if i < len(neg):
-            return -neg[i]
+        if pos >= self.low:  # (below ``low`` nothing is read yet)
+            i = bisect_left(neg, -pos)
+            if i < len(neg):
+                return -neg[i]
         while self.low > 0:
             self.low -= 1
             p = self.low
