@@ -276,53 +276,95 @@ class _PrefixBound:
             position, order = self._position, state.node_order
             for node in order[len(position) :]:
                 position[node] = len(position)
-            smallest, victim_nodes = self.smallest, state.victim_nodes
-            totals = state.freed_total_array()
-            freed_on_node: dict[int, list[float]] | None = None
-            counted, base = self._node_batches, self.base
-            fresh: list[int] = []  # nodes that now take the smallest request
             if self._node_bits is not None and len(state.batches) > _BITS_UP_TO:
                 self._node_bits = None
-            bits = self._node_bits
-            for node in touched[self._taken_in :]:
-                batches = victim_nodes[node]
-                done = counted.get(node, 0)
-                if done == len(batches):
-                    continue
-                old = capacity.get(node)
-                value = float(base[node])
-                if totals is not None and value.is_integer():
-                    value += float(totals[node])
-                else:
-                    if freed_on_node is None:
-                        freed_on_node = state.freed_on_node
-                    if old is not None:
-                        value = old
-                    for gpus in freed_on_node[node][done:]:
-                        value += gpus
-                if bits is not None:
-                    mask = bits.get(node, 0)
-                    for batch in batches[done:]:
-                        mask |= 1 << batch
-                    bits[node] = mask
-                if old is None:
-                    if self.feasible[node]:
-                        self.baseline -= float(base[node])
-                elif old + 1e-9 >= smallest:
-                    self.total -= old
-                if value + 1e-9 >= smallest:
-                    self.total += value
-                    if old is None or old + 1e-9 < smallest:
-                        fresh.append(node)
-                capacity[node] = value
-                counted[node] = len(batches)
+            totals = state.freed_total_array()
+            fresh = None
+            if (
+                self._node_bits is None
+                and totals is not None
+                and len(touched) - self._taken_in >= _WHOLE_FROM
+            ):
+                fresh = self._take_in_whole(state, totals)
+            if fresh is None:
+                fresh = self._take_in_each(state, totals)
             self._taken_in = len(touched)
             if len(fresh) > _FEW_NODES:
+                smallest = self.smallest
                 self._candidates = [n for n in order if capacity[n] + 1e-9 >= smallest]
             else:
                 for node in fresh:
                     insort(self._candidates, node, key=position.__getitem__)
         return capacity, self._node_bits, self._candidates
+
+    def _take_in_each(self, state: AccumulatedState, totals: np.ndarray | None) -> list[int]:
+        """:meth:`take_in`'s new batches node by node; the nodes that now take the
+        smallest request, in the order first met."""
+        capacity, counted, base = self._node_capacity, self._node_batches, self.base
+        smallest, victim_nodes = self.smallest, state.victim_nodes
+        freed_on_node: dict[int, list[float]] | None = None
+        bits = self._node_bits
+        fresh: list[int] = []
+        for node in state.touched[self._taken_in :]:
+            batches = victim_nodes[node]
+            done = counted.get(node, 0)
+            if done == len(batches):
+                continue
+            old = capacity.get(node)
+            value = float(base[node])
+            if totals is not None and value.is_integer():
+                value += float(totals[node])
+            else:
+                if freed_on_node is None:
+                    freed_on_node = state.freed_on_node
+                if old is not None:
+                    value = old
+                for gpus in freed_on_node[node][done:]:
+                    value += gpus
+            if bits is not None:
+                mask = bits.get(node, 0)
+                for batch in batches[done:]:
+                    mask |= 1 << batch
+                bits[node] = mask
+            if old is None:
+                if self.feasible[node]:
+                    self.baseline -= float(base[node])
+            elif old + 1e-9 >= smallest:
+                self.total -= old
+            if value + 1e-9 >= smallest:
+                self.total += value
+                if old is None or old + 1e-9 < smallest:
+                    fresh.append(node)
+            capacity[node] = value
+            counted[node] = len(batches)
+        return fresh
+
+    def _take_in_whole(self, state: AccumulatedState, totals: np.ndarray) -> list[int] | None:
+        """:meth:`_take_in_each` for states whose every amount is a whole number of GPUs
+        (their batches not kept as bits), with arrays over the nodes the new batches
+        touch: each node's capacity is its base plus all its batches free there, and
+        every sum is of whole numbers, exact in any order.  None where a base is not
+        whole (then node by node)."""
+        new = np.asarray(state.touched[self._taken_in :], dtype=np.intp)
+        distinct, first = np.unique(new, return_index=True)
+        nodes = distinct[np.argsort(first)]  # in the order first met
+        base = self.base[nodes]
+        if not np.array_equal(base, np.floor(base)):
+            return None
+        values = base + totals[nodes]
+        listed = nodes.tolist()
+        capacity, smallest = self._node_capacity, self.smallest
+        old = np.array([capacity.get(n, np.nan) for n in listed], dtype=np.float64)
+        unseen = np.isnan(old)
+        self.baseline -= float(base[unseen & self.feasible[nodes]].sum())
+        self.total -= float(old[~unseen & (old + 1e-9 >= smallest)].sum())
+        takes = values + 1e-9 >= smallest
+        self.total += float(values[takes].sum())
+        fresh = nodes[takes & (unseen | ~(old + 1e-9 >= smallest))].tolist()
+        capacity.update(zip(listed, values.tolist()))
+        victim_nodes = state.victim_nodes
+        self._node_batches.update((n, len(victim_nodes[n])) for n in listed)
+        return fresh
 
     def valid(self, base: np.ndarray, feasible: np.ndarray) -> bool:
         return feasible is self.feasible and np.array_equal(base, self.base)
@@ -340,6 +382,10 @@ class _PrefixBound:
 #: The most batches a state may have for :func:`_prefix_subsets` to give its sets as
 #: bits (an integer of B bits costs about B / 64 word operations to make and to unite).
 _BITS_UP_TO = 1024
+
+#: The fewest new batch nodes :meth:`_PrefixBound.take_in` takes in with arrays (fewer:
+#: node by node, which costs less than the arrays).
+_WHOLE_FROM = 64
 
 #: The most nodes :meth:`_PrefixBound.take_in` inserts among the candidates one by one
 #: (more: the candidates are listed again).
