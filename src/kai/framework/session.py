@@ -260,6 +260,7 @@ class Session:
         self._regs: dict[str, list[_Reg]] = defaultdict(list)
         self._current: tuple[int, str] = (0, "")
         self.event_handlers: list[EventHandler] = []
+        self._batches_events = True  # see batches_events
         # Per-session scratch space plugins may share (e.g. min-runtime caches).
         self.cache: dict[Hashable, Any] = {}
         self.explain: dict[str, list[str]] = defaultdict(list)
@@ -371,6 +372,10 @@ class Session:
 
     def add_event_handler(self, handler: EventHandler) -> None:
         self.event_handlers.append(handler)
+        self._batches_events = self._batches_events and (
+            (handler.allocate_all_func is not None or handler.allocate_func is None)
+            and (handler.deallocate_all_func is not None or handler.deallocate_func is None)
+        )
 
     def add_reclaim_victim_filter_fn(
         self,
@@ -943,19 +948,13 @@ class Session:
         """Whether every event handler takes a batch of events (``EventHandler``'s
         ``*_all_func``): a statement may then change many pods and fire their events
         together."""
-        return all(
-            (h.allocate_all_func is not None or h.allocate_func is None)
-            and (h.deallocate_all_func is not None or h.deallocate_func is None)
-            for h in self.event_handlers
-        )
+        return self._batches_events
 
     def fire_allocate_all(self, tasks: list[Task]) -> None:
         """:meth:`fire_allocate` for each of ``tasks`` in order, the pods all changed
         before: the same versions and, where every handler takes a batch, one call
         each."""
-        if all(
-            h.allocate_all_func is not None or h.allocate_func is None for h in self.event_handlers
-        ):
+        if self._batches_events:
             self._bump_all(tasks)
             for handler in self.event_handlers:
                 if handler.allocate_all_func is not None:
@@ -967,10 +966,7 @@ class Session:
     def fire_deallocate_all(self, tasks: list[Task]) -> None:
         """:meth:`fire_deallocate` for each of ``tasks`` in order, the pods all changed
         before (see :meth:`fire_allocate_all`)."""
-        if all(
-            h.deallocate_all_func is not None or h.deallocate_func is None
-            for h in self.event_handlers
-        ):
+        if self._batches_events:
             self._bump_all(tasks)
             for handler in self.event_handlers:
                 if handler.deallocate_all_func is not None:

@@ -216,7 +216,7 @@ class Statement:
         (:meth:`NodeTable.restatus_all`) and fire their events together
         (:meth:`Session.fire_deallocate_all`)."""
         ssn = self.ssn
-        if not ssn.batches_events():
+        if not ssn.batches_events() or (isinstance(tasks, list) and len(tasks) < _BATCHED_FROM):
             for task in tasks:
                 self.evict(task, reason)
             return
@@ -330,7 +330,7 @@ class Statement:
         ops = self.ops
         batches = self.ssn.batches_events()
         while len(ops) > checkpoint:
-            if batches and _undone_in_place(ops[-1]):
+            if batches and ops[-1].kind == "evict" and _undone_in_place(ops[-1]):
                 self._undo_evictions(checkpoint)
                 continue
             op = ops.pop()
@@ -351,6 +351,10 @@ class Statement:
             standing[op.task].pop()  # the last op: the latest standing one
             run.append(op)
             in_run.add(op.task)
+        if len(run) < _BATCHED_FROM:
+            for op in run:
+                self._undo(op)
+            return
         tasks = [op.task for op in run]
         self.ssn.nodes.restatus_all(tasks, [op.prev_status for op in run])
         for op in run:
@@ -467,6 +471,11 @@ class Statement:
         self.ops = []
         self._standing = {}
         return out
+
+
+#: The fewest evictions a statement makes, or undoes, together (fewer: one by one, which
+#: costs less than building the batch).
+_BATCHED_FROM = 8
 
 
 def _plainly_evicted(task: Task) -> bool:

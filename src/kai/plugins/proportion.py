@@ -536,15 +536,9 @@ class ProportionPlugin(Plugin):
         # non-preemptible ones, adds the same as alternating them share by share
         return charged[1] if non_preemptible else charged[0], vec
 
-    def _charge(self, task: Task, sign: int) -> None:
-        """An allocate (+1) or deallocate (-1) event of ``task``: its queue vector is
-        added to (subtracted from) its queue and every ancestor."""
-        got = self._charge_of(task)
-        if got is not None:
-            self._add_to_each(got[0], got[1], sign > 0)
-
     def _charge_all(self, tasks: list[Task], sign: int) -> None:
-        """:meth:`_charge` of each of ``tasks``, in order."""
+        """An allocate (+1) or deallocate (-1) event of each of ``tasks``, in order: its
+        queue vector added to (subtracted from) its queue and every ancestor."""
         targets: list[tuple[np.ndarray, ...]] = []
         vectors: list[np.ndarray] = []
         charge_of = self._charge_of
@@ -674,11 +668,16 @@ class ProportionPlugin(Plugin):
         """Whether ``handler`` is the one this plugin registered (its accounting)."""
         return handler.allocate_func == self._on_allocate
 
+    # One event: what _charge_all does for one pod, without the lists.
     def _on_allocate(self, event) -> None:
-        self._charge(event.task, +1)
+        got = self._charge_of(event.task)
+        if got is not None:
+            self._add_to_each(got[0], got[1], True)
 
     def _on_deallocate(self, event) -> None:
-        self._charge(event.task, -1)
+        got = self._charge_of(event.task)
+        if got is not None:
+            self._add_to_each(got[0], got[1], False)
 
     def _on_allocate_all(self, tasks: list[Task]) -> None:
         self._charge_all(tasks, +1)
