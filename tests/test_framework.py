@@ -274,7 +274,7 @@ def test_evicting_many_pods_at_once_and_rolling_back_does_what_one_by_one_does(
         for _ in range(120):
             step = rng.integers(4)
             if step == 0:
-                chosen = [tasks[i] for i in rng.integers(len(tasks), size=int(rng.integers(1, 20)))]
+                chosen = [tasks[i] for i in rng.integers(len(tasks), size=int(rng.integers(1, 8)))]
                 chosen = [t for t in chosen if t.status is not TaskStatus.PENDING]
                 if one_by_one:
                     for task in chosen:

@@ -473,9 +473,9 @@ class Statement:
         return out
 
 
-#: The fewest evictions a statement makes, or undoes, together (fewer: one by one, which
-#: costs less than building the batch).
-_BATCHED_FROM = 8
+#: The fewest evictions a statement makes, or undoes, together (a single one costs less
+#: alone than as a batch).
+_BATCHED_FROM = 2
 
 
 def _plainly_evicted(task: Task) -> bool:
