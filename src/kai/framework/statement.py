@@ -201,11 +201,17 @@ class Statement:
         op = self._record("evict", task, reason)
         self._standing.setdefault(task, []).append(op)
         if task.node >= 0 and task.status in _ON_NODE and not task.is_shared_gpu:
-            self.ssn.nodes.restatus(task, TaskStatus.RELEASING)
-        else:
-            self._detach(task)
-            task.status = TaskStatus.RELEASING
-            self._attach(task)
+            self._released_in_place(task)
+            return
+        self._detach(task)
+        task.status = TaskStatus.RELEASING
+        self._attach(task)
+        task.virtually_evicted = True
+        self.ssn.fire_deallocate(task)
+
+    def _released_in_place(self, task: Task) -> None:
+        """A recorded eviction of a pod on its node on whole GPUs: releasing there."""
+        self.ssn.nodes.restatus(task, TaskStatus.RELEASING)
         task.virtually_evicted = True
         self.ssn.fire_deallocate(task)
 
@@ -216,7 +222,7 @@ class Statement:
         (:meth:`NodeTable.restatus_all`) and fire their events together
         (:meth:`Session.fire_deallocate_all`)."""
         ssn = self.ssn
-        if not ssn.batches_events() or (isinstance(tasks, list) and len(tasks) < _BATCHED_FROM):
+        if not ssn.batches_events():
             for task in tasks:
                 self.evict(task, reason)
             return
@@ -253,12 +259,15 @@ class Statement:
 
     def _evicted_together(self, tasks: list[Task]) -> None:
         """The rows, marks and events of the evictions of ``tasks`` (recorded)."""
-        if not tasks:
+        ssn = self.ssn
+        if len(tasks) < _BATCHED_FROM:
+            for task in tasks:
+                self._released_in_place(task)
             return
-        self.ssn.nodes.restatus_all(tasks, [TaskStatus.RELEASING] * len(tasks))
+        ssn.nodes.restatus_all(tasks, [TaskStatus.RELEASING] * len(tasks))
         for task in tasks:
             task.virtually_evicted = True
-        self.ssn.fire_deallocate_all(tasks)
+        ssn.fire_deallocate_all(tasks)
 
     def _unplace(self, task: Task, reason: str) -> None:
         """Undo this session's placement of a task instead of evicting it."""
