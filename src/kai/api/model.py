@@ -559,8 +559,7 @@ class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
     def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
-        self._charge_rows, self._recharge_rows = row_functions()[:2]
-        self._recharge_all = row_functions().recharge_all
+        self._bind_rows()
         nodes = sorted(nodes, key=lambda n: n.name)
         self.objects = nodes
         # Values plugins derive from the node objects alone (see derived()).
@@ -633,8 +632,14 @@ class NodeTable:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_derived", {})
-        self._charge_rows, self._recharge_rows = row_functions()[:2]
-        self._recharge_all = row_functions().recharge_all
+        self._bind_rows()
+
+    def _bind_rows(self) -> None:
+        """The row arithmetic the table uses, compiled where it is (chosen again where
+        a pickled table is loaded)."""
+        rows = row_functions()
+        self._charge_rows, self._recharge_rows = rows.charge_rows, rows.recharge_rows
+        self._recharge_all = rows.recharge_all
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:
         """The value ``make()`` derives from the node objects alone (their labels,

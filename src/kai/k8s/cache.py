@@ -419,8 +419,11 @@ class ClusterCache:
             items = typed.get(kind, [])
             return sorted(items, key=lambda it: (getattr(it[1], "namespace", "") or "", it[1].name))
 
+        key = self.nodepool_label_key
         nodes: dict[str, NodeObject] = {}
+        node_pool: dict[str, str | None] = {}  # every node's pool, for the pods'
         for _, node in sorted_items("Node"):
+            node_pool[node.name] = node.labels.get(key)
             if self._in_partition(node.labels):
                 nodes[node.name] = node
         out.nodes = list(nodes.values())
@@ -441,8 +444,6 @@ class ClusterCache:
                 out.others.extend(obj for _, obj in sorted_items(kind.name))
         # Each pod's pools as partition() finds them (kai.snapshot.partition.pod_pools):
         # one of this shard's pods, or an occupant of one of its nodes.
-        key = self.nodepool_label_key
-        node_pool = {node.name: node.labels.get(key) for _, node in sorted_items("Node")}
         group_pool = {name: pg.labels.get(key) for name, (_, pg) in groups_all.items()}
         mine, pool_of = self._partition_value(), methodcaller("get", key)
         for raw, pod in sorted_items("Pod"):
