@@ -264,9 +264,10 @@ class ProportionPlugin(Plugin):
         # (what an event charges; the arrays are only ever changed in place).
         self._charged: dict[str | None, _Charged | None] = {}
         self._limited_paths: dict[str | None, list[QueueShare]] = {}
-        # Each whole-GPU request vector's queue columns: pods of a workload share one
-        # request vector (kept with it, so that an id is never taken for another's).
-        self._queue_columns: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # Each whole-GPU request vector's queue columns, as an array and as Python
+        # floats (see _whole_columns): pods of a workload share one request vector
+        # (kept with it, so that an id is never taken for another's).
+        self._queue_columns: dict[int, tuple[np.ndarray, np.ndarray, list[float]]] = {}
 
     # ------------------------------------------------------------------ setup
     def on_session_open(self, ssn: Session) -> None:
@@ -277,7 +278,6 @@ class ProportionPlugin(Plugin):
             rows.add_vectors_to_each,
         )
         self._queue_columns = {}
-        self._whole_charges: dict[int, tuple[np.ndarray, tuple[float, float, float]]] = {}
         self._held: dict[tuple[Job, ...], tuple[float, float, float]] = {}
         self._held_stamp: tuple | None = None
         gpu_mem = ssn.nodes.gpu_memory_mib[ssn.nodes.gpu_memory_mib > 0]
@@ -521,12 +521,7 @@ class ProportionPlugin(Plugin):
         if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
             vec = queue_vector(self.ssn, task)
         else:
-            # What queue_vector gives, in one step, once per request vector.
-            request = task.request
-            known = self._queue_columns.get(id(request))
-            if known is None or known[0] is not request:
-                known = self._queue_columns[id(request)] = (request, request[QUEUE_COLUMNS])
-            vec = known[1]
+            vec = self._whole_columns(task.request)[1]
         if job.preemptibility == SEMI_PREEMPTIBLE:
             non_preemptible = counts_as_non_preemptible(task)
         else:
@@ -535,6 +530,16 @@ class ProportionPlugin(Plugin):
         # vector is its own sum, so charging the path's allocations, then its
         # non-preemptible ones, adds the same as alternating them share by share
         return charged[1] if non_preemptible else charged[0], vec
+
+    def _whole_columns(self, request: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """What a pod on whole GPUs with ``request`` charges its queue: the request, its
+        queue columns (what :func:`queue_vector` gives) and the same as Python floats
+        (what :func:`queue_charge` gives), read once per request vector."""
+        known = self._queue_columns.get(id(request))
+        if known is None or known[0] is not request:
+            columns = request[QUEUE_COLUMNS]
+            known = self._queue_columns[id(request)] = (request, columns, columns.tolist())
+        return known
 
     def _charge_all(self, tasks: list[Task], sign: int) -> None:
         """An allocate (+1) or deallocate (-1) event of each of ``tasks``, in order: its
@@ -692,18 +697,12 @@ class ProportionPlugin(Plugin):
         # task's vector to an array of zeros (a large gang's request is read often).
         cpu = memory = gpu = 0.0
         ssn = self.ssn
-        whole = self._whole_charges
+        whole = self._whole_columns
         for task in tasks:
             if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
                 c, m, g = queue_charge(ssn, task, for_request=True, min_gpu_memory=mem)
             else:
-                # A pod on whole GPUs charges its request's columns: read once per
-                # request vector.
-                request = task.request
-                known = whole.get(id(request))
-                if known is None or known[0] is not request:
-                    known = whole[id(request)] = (request, queue_charge(ssn, task))
-                c, m, g = known[1]
+                c, m, g = whole(task.request)[2]
             cpu += c
             memory += m
             gpu += g
