@@ -172,6 +172,18 @@ def test_a_statement_finds_each_pods_standing_eviction_through_any_rollback(seed
     assert unevicted > 0 and rolled_back > 0, (unevicted, rolled_back)  # the mix is exercised
 
 
+def _mixed_pods(running: int) -> list[dict]:
+    """Three 4-GPU nodes, two queues, ``running`` one-GPU pods on them (inexact CPU
+    requests), a fractional pod beside, and three pending pods."""
+    objs = [node(f"n{i}", gpus=4) for i in range(3)] + [queue("q"), queue("r")]
+    objs += [
+        pod(f"p{i}", gpus=1, cpu="0.3", queue="qr"[i % 2], node=f"n{i % 3}") for i in range(running)
+    ]
+    objs += [pod("half", gpus=0.5, cpu="0.1", queue="q", node="n0")]
+    objs += [pod(f"w{i}", gpus=1, cpu="0.7", queue="r") for i in range(3)]
+    return objs
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_an_eviction_and_its_undo_charge_the_rows_as_removing_and_adding_the_pod(
     seed: int, monkeypatch
@@ -185,13 +197,7 @@ def test_an_eviction_and_its_undo_charge_the_rows_as_removing_and_adding_the_pod
 
     def run_ops() -> list:
         rng = np.random.default_rng(seed)
-        objs = [node(f"n{i}", gpus=4) for i in range(3)] + [queue("q"), queue("r")]
-        objs += [
-            pod(f"p{i}", gpus=1, cpu="0.3", queue="qr"[i % 2], node=f"n{i % 3}") for i in range(6)
-        ]
-        objs += [pod("half", gpus=0.5, cpu="0.1", queue="q", node="n0")]
-        objs += [pod(f"w{i}", gpus=1, cpu="0.7", queue="r") for i in range(3)]
-        ssn = session(objs)
+        ssn = session(_mixed_pods(running=6))
         nodes, shares = ssn.nodes, ssn.cache["proportion"].shares
         tasks = [job.tasks[0] for job in ssn.jobs.values()]
         stmt = ssn.statement()
@@ -257,15 +263,8 @@ def test_evicting_many_pods_at_once_and_rolling_back_does_what_one_by_one_does(
 
     def run_ops(one_by_one: bool, with_tracker: bool) -> list:
         rng = np.random.default_rng(seed)
-        objs = [node(f"n{i}", gpus=4) for i in range(3)] + [queue("q"), queue("r")]
-        objs += [
-            pod(f"p{i}", gpus=1, cpu="0.3", queue="qr"[i % 2], node=f"n{i % 3}") for i in range(9)
-        ]
-        objs += [pod("half", gpus=0.5, cpu="0.1", queue="q", node="n0")]
-        objs += [pod(f"w{i}", gpus=1, cpu="0.7", queue="r") for i in range(3)]
         tracker = ("namespace-allocation-tracker",) if with_tracker else ()
-        plugins = ("predicates", "proportion", *tracker)
-        ssn = session(objs, plugins)
+        ssn = session(_mixed_pods(running=9), ("predicates", "proportion", *tracker))
         nodes, shares = ssn.nodes, ssn.cache["proportion"].shares
         tasks = [job.tasks[0] for job in ssn.jobs.values()]
         stmt = ssn.statement()
