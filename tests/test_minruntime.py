@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -236,6 +237,43 @@ def test_reclaim_victim_filter_on_the_seed_tree(reclaimer, victim, minrt):
     never_job = ssn.jobs["default/never"]
     never_job.last_start_timestamp = None
     assert ssn.reclaim_victim_filter(r, never_job) is True
+
+
+def test_per_leaf_reclaim_filter_answers_as_the_per_job_filter():
+    """A search asks each victim leaf's filter (``reclaim_victim_filter_in``), made once
+    per leaf: it must answer every job as the per-job filter does, on the edge of the
+    protection, without a start, elastic, with a start in another zone, and with a
+    protection too long to subtract from now."""
+    rng = random.Random(7)
+    tree = [*RECLAIM_TREE, q("other"), q("oleaf", "other")]  # the node-pool value applies
+    leaves = ["leaf1", "leaf2", "leaf3", "oleaf"]
+    jobs, starts = [], {}
+    for i in range(120):
+        leaf = rng.choice(leaves)
+        n = rng.choice([1, 1, 3])
+        name = f"v{i}"
+        jobs.append(job_objs(name, leaf, n=n, min_member=rng.choice([1, n]), start=ago(1)))
+        starts[name] = rng.choice([0, 59, 60, 61, 179, 180, 181, 599, 600, 601, 10**6, None])
+    reclaimers = [job_objs(f"r-{leaf}", leaf, running=False) for leaf in leaves]
+    ages = 3000 * 365 * 86400  # now minus this is before year 1; a start plus this is not
+    for args in ({}, {"defaultReclaimMinRuntime": "90s"}, {"defaultReclaimMinRuntime": ages}):
+        ssn = session(scene(tree, *jobs, *reclaimers), args=args)
+        other_zone = timezone(timedelta(hours=-5))
+        for j, (name, ago_s) in enumerate(starts.items()):
+            job = ssn.jobs[f"default/{name}"]
+            if ago_s is None:
+                job.last_start_timestamp = None
+                continue
+            start = NOW - timedelta(seconds=ago_s, microseconds=j % 3 - 1)
+            job.last_start_timestamp = start.astimezone(other_zone) if j % 5 == 0 else start
+        for leaf in leaves:
+            r = ssn.jobs[f"default/r-{leaf}"]
+            for victim_leaf in leaves:
+                accepts = ssn.reclaim_victim_filter_in(r, victim_leaf)
+                for name in starts:
+                    job = ssn.jobs[f"default/{name}"]
+                    if job.queue == victim_leaf:
+                        assert accepts(job) is ssn.reclaim_victim_filter(r, job), (args, name)
 
 
 @pytest.mark.parametrize("leaf,minrt", [("leaf1", 300), ("leaf2", 600)])

@@ -136,7 +136,7 @@ def run_eviction_action(
                 None if accept_leaf is None else lambda queue: accept_leaf(preemptor, queue, made),
                 None
                 if accept_in is None
-                else lambda queue: _but(preemptor, accept_in(preemptor, queue)),
+                else lambda queue: _but(preemptor, queue, accept_in(preemptor, queue)),
             )
         return [
             job
@@ -279,6 +279,9 @@ def run_eviction_action(
         ssn.cache[PENDING_POOL_KEY] = (pending, ssn.nodes.version)
 
 
-def _but(preemptor: Job, accept: Callable[[Job], bool]) -> Callable[[Job], bool]:
-    """``accept`` of every job but ``preemptor``."""
+def _but(preemptor: Job, queue: str, accept: Callable[[Job], bool]) -> Callable[[Job], bool]:
+    """``accept`` of every job of leaf ``queue`` but ``preemptor`` (only the preemptor's
+    own leaf can hold it)."""
+    if queue != (preemptor.queue or ""):
+        return accept
     return lambda job: job is not preemptor and accept(job)

@@ -183,6 +183,9 @@ class _Reg:
     # reclaim victim filters: the filter's answer for every victim of a queue, when it
     # reads the victim only through its queue (see Session.add_reclaim_victim_filter_fn).
     by_queue: Callable[[Job, str], bool] | None = None
+    # reclaim victim filters: the filter for the victims of one leaf queue, made once per
+    # leaf (see Session.add_reclaim_victim_filter_fn).
+    in_queue: Callable[[Job, str], Callable[[Job], bool]] | None = None
 
 
 class PredicateError(Exception):
@@ -315,9 +318,12 @@ class Session:
         *,
         reads_pods_only: bool = False,
         by_queue: Callable[[Job, str], bool] | None = None,
+        in_queue: Callable[[Job, str], Callable[[Job], bool]] | None = None,
     ) -> None:
         tier, plugin = self._current
-        self._regs[point].append(_Reg(tier, plugin, fn, job_key, reads_pods_only, by_queue))
+        self._regs[point].append(
+            _Reg(tier, plugin, fn, job_key, reads_pods_only, by_queue, in_queue)
+        )
         if point == "task_order":
             self._task_key = False
             self._task_orders.clear()
@@ -382,6 +388,7 @@ class Session:
         fn: Callable[[Job, Job], bool],
         *,
         by_queue: Callable[[Job, str], bool] | None = None,
+        in_queue: Callable[[Job, str], Callable[[Job], bool]] | None = None,
     ) -> None:
         """fn(reclaimer, victim) -> bool.
 
@@ -389,8 +396,13 @@ class Session:
         in ``queue`` (``fn`` reads the victim only through its queue): a search then
         leaves out the leaf queues it refuses without asking about each job
         (:meth:`reclaim_victim_queue_refused`).
+
+        ``in_queue(reclaimer, queue)``, when given, returns ``fn(reclaimer, ·)`` for the
+        victims of leaf queue ``queue`` (jobs whose ``queue or ""`` is ``queue``), with
+        what depends on the two queues alone worked out once: a search asks it once per
+        leaf, then the returned function of each job (:meth:`reclaim_victim_filter_in`).
         """
-        self._add("reclaim_victim_filter", fn, by_queue=by_queue)
+        self._add("reclaim_victim_filter", fn, by_queue=by_queue, in_queue=in_queue)
 
     def add_preempt_victim_filter_fn(self, fn: Callable[[Job, Job], bool]) -> None:
         self._add("preempt_victim_filter", fn)
@@ -599,32 +611,39 @@ class Session:
         """Whether :meth:`reclaim_victim_filter` refuses every victim in ``queue`` for
         ``reclaimer`` by the filters that answer per queue (see
         :meth:`reclaim_victim_filter_in`)."""
-        return self.reclaim_victim_filter_in(reclaimer, queue) is _refuse_all
+        return self._queue_filters_passed(reclaimer, queue) < 0
+
+    def _queue_filters_passed(self, reclaimer: Job, queue: str) -> int:
+        """How many reclaim victim filters, from the first, answer per queue and accept
+        the victims of ``queue``; -1 when one of them refuses them."""
+        passed = 0
+        for reg in self._regs.get("reclaim_victim_filter", ()):
+            if reg.by_queue is None:
+                break
+            if not reg.by_queue(reclaimer, queue):
+                return -1
+            passed += 1
+        return passed
 
     def reclaim_victim_filter_in(self, reclaimer: Job, queue: str) -> Callable[[Job], bool]:
         """:meth:`reclaim_victim_filter` of ``reclaimer`` for the victims of leaf queue
         ``queue``: the filters that answer per queue (``by_queue``) are asked here, in
         order up to the first that does not (a filter after that one would be asked of
         each job before it, and may count what it is asked); the others are asked of
-        each job."""
+        each job, through their per-leaf form (``in_queue``) where they have one."""
+        first = self._queue_filters_passed(reclaimer, queue)
+        if first < 0:
+            return _refuse_all
         regs = self._regs.get("reclaim_victim_filter", ())
-        first = 0
-        for reg in regs:
-            if reg.by_queue is None:
-                break
-            if not reg.by_queue(reclaimer, queue):
-                return _refuse_all
-            first += 1
-        rest = [reg.fn for reg in regs[first:]]
+        rest = [_job_filter(reg, reclaimer, queue) for reg in regs[first:]]
         if not rest:
             return _accept_all
         if len(rest) == 1:
-            (only,) = rest
-            return lambda victim: bool(only(reclaimer, victim))
+            return rest[0]
 
         def accepts(victim: Job) -> bool:
             for fn in rest:
-                if not fn(reclaimer, victim):
+                if not fn(victim):
                     return False
             return True
 
@@ -1005,6 +1024,14 @@ class Session:
     def queue_path(self, name: str) -> list[str]:
         """Root-to-leaf list of queue names ending with ``name``."""
         return queue_path(self.queues, name)
+
+
+def _job_filter(reg: _Reg, reclaimer: Job, queue: str) -> Callable[[Job], bool]:
+    """A reclaim victim filter of ``reclaimer`` for the victims of leaf ``queue``."""
+    if reg.in_queue is not None:
+        return reg.in_queue(reclaimer, queue)
+    fn = reg.fn
+    return lambda victim: bool(fn(reclaimer, victim))
 
 
 def _refuse_all(victim: Job) -> bool:

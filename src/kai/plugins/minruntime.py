@@ -47,8 +47,8 @@ Enforcement.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta, timezone
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +116,10 @@ def resolve_reclaim_min_runtime(
 
 
 # --------------------------------------------------------------------- plugin
+def _accept(victim: Job) -> bool:
+    return True
+
+
 def _duration_arg(plugin: str, args: Mapping[str, Any], key: str) -> float | None:
     raw = args.get(key)
     if raw is None or raw == "":
@@ -177,7 +181,9 @@ class MinRuntimePlugin(Plugin):
         self._reclaim_cache = {}
         self._preempt_cache = {}
         ssn.cache[self.name] = self
-        ssn.add_reclaim_victim_filter_fn(self.reclaim_victim_filter)
+        ssn.add_reclaim_victim_filter_fn(
+            self.reclaim_victim_filter, in_queue=self.reclaim_victim_filter_in
+        )
         ssn.add_preempt_victim_filter_fn(self.preempt_victim_filter)
         # The validators read the victims' jobs' pod statuses and start times alone.
         ssn.add_reclaim_scenario_validator_fn(self.reclaim_scenario_validator, reads_pods_only=True)
@@ -191,14 +197,17 @@ class MinRuntimePlugin(Plugin):
     # ------------------------------------------------------------- resolution
     def reclaim_min_runtime(self, reclaimer: Job, victim: Job) -> float:
         """Seconds of reclaim protection of ``victim`` against ``reclaimer``."""
-        key = (reclaimer.queue, victim.queue)
+        return self._reclaim_seconds(reclaimer.queue, victim.queue)
+
+    def _reclaim_seconds(self, reclaimer_queue: str | None, victim_queue: str | None) -> float:
+        key = (reclaimer_queue, victim_queue)
         value = self._reclaim_cache.get(key)
         if value is None:
             assert self.ssn is not None
             value = resolve_reclaim_min_runtime(
                 self.ssn.queues,
-                reclaimer.queue,
-                victim.queue,
+                reclaimer_queue,
+                victim_queue,
                 self.default_reclaim,
                 self.resolve_method,
             )
@@ -232,6 +241,33 @@ class MinRuntimePlugin(Plugin):
         if victim.is_elastic():
             return True  # elastic jobs are checked per scenario
         return not self.is_reclaim_protected(reclaimer, victim)
+
+    def reclaim_victim_filter_in(self, reclaimer: Job, queue: str) -> Callable[[Job], bool]:
+        """:meth:`reclaim_victim_filter` of ``reclaimer`` for the jobs of leaf ``queue``:
+        their protection is resolved once, and a job that started at a UTC time is
+        protected while that is after ``now - seconds`` in UTC (``now < start +
+        seconds``, in the same exact arithmetic); a start in another zone is checked as
+        :meth:`reclaim_victim_filter` does."""
+        seconds = self._reclaim_seconds(reclaimer.queue, queue or None)
+        if seconds <= 0:
+            return _accept
+        assert self.ssn is not None
+        try:
+            since = self.ssn.now.astimezone(timezone.utc) - timedelta(seconds=seconds)
+        except OverflowError:  # protected since before year 1: ask of each job
+            return lambda victim: self.reclaim_victim_filter(reclaimer, victim)
+
+        def accepts(victim: Job) -> bool:
+            if victim.min_member < len(victim.tasks):
+                return True  # elastic jobs are checked per scenario
+            start = victim.last_start_timestamp
+            if start is None:
+                return True
+            if start.tzinfo is timezone.utc:
+                return start <= since
+            return not self._protected(victim, seconds)
+
+        return accepts
 
     def preempt_victim_filter(self, preemptor: Job, victim: Job) -> bool:
         if victim.is_elastic():
