@@ -305,3 +305,53 @@ def test_reclaim_fairness_answers_kept_in_a_search_equal_fresh_ones(monkeypatch)
     for builder in clusters:
         kai.run_session(kai.Snapshot(builder.objects()), actions=["reclaim"], now=NOW)
     assert calls["asked"] > calls["computed"] > 0
+
+
+def test_victim_chunks_of_one_pod_jobs_equal_the_general_grouping(monkeypatch) -> None:
+    """Proportion's reclaim validator groups a scenario's victim pods by job, jobs in key
+    order, per queue; one pod per job skips the grouping. On generated clusters (gangs,
+    elastic jobs, a large job reclaiming from a hundred one-pod jobs) every scenario's
+    chunks equal the general grouping's, and both kinds of scenario occur."""
+    from collections import defaultdict
+
+    import numpy as np
+
+    from kai.bench_clusters import kai_reclaim_large_jobs, random_cluster
+    from kai.plugins.reclaim_rules import ReclaimRules, _QueueChunks
+    from tests._kai_cluster import NOW
+
+    def general(rules, shares, tasks) -> dict:
+        by_job = defaultdict(list)
+        for task in tasks:
+            by_job[task.job].append(task)
+        out: dict = {}
+        for job in sorted(by_job, key=lambda j: j.key):
+            if job.queue in shares:
+                out.setdefault(job.queue, _QueueChunks()).add(rules, job, by_job[job])
+        return out
+
+    def _item(item) -> object:
+        """A chunk as given: a pod (the very task) and whether it is a core, or a vector."""
+        return (id(item[0]), item[1]) if isinstance(item, tuple) else item.tolist()
+
+    kinds = {"one pod per job": 0, "several": 0}
+    grouped = ReclaimRules._queue_chunks
+
+    def checked(self, shares, tasks):
+        got = grouped(self, shares, tasks)
+        expected = general(self, shares, tasks)
+        assert list(got) == list(expected)
+        for name, chunks in got.items():
+            assert [_item(i) for i in chunks.items] == [_item(i) for i in expected[name].items]
+            mine, theirs = chunks.chunks(), expected[name].chunks()
+            assert len(mine) == len(theirs)
+            assert all(np.array_equal(a, b) for a, b in zip(mine, theirs))
+        jobs = [task.job for task in tasks]
+        kinds["one pod per job" if len(set(jobs)) == len(jobs) else "several"] += 1
+        return got
+
+    monkeypatch.setattr(ReclaimRules, "_queue_chunks", checked)
+    clusters = [kai_reclaim_large_jobs(24), *(random_cluster(s, nodes=10) for s in range(12))]
+    for builder in clusters:
+        kai.run_session(kai.Snapshot(builder.objects()), actions=["reclaim"], now=NOW)
+    assert all(kinds.values()), kinds

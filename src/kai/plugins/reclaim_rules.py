@@ -231,6 +231,36 @@ class ReclaimRules:
             answer = self._answers[key] = self._reclaimable(shares, pending, request, victim_tasks)
         return answer
 
+    def _queue_chunks(
+        self, shares: dict[str, QueueShare], victim_tasks: list[Task]
+    ) -> dict[str, _QueueChunks]:
+        """The victims' chunks (:meth:`chunks`) per queue of ``shares``, each queue's
+        jobs in key order."""
+        jobs = [task.job for task in victim_tasks]
+        keys = [job.key for job in jobs]
+        by_queue: dict[str, _QueueChunks] = {}
+        if len(set(jobs)) == len(jobs):
+            # One victim pod per job (the usual scenario): no grouping to do.
+            for i in sorted(range(len(jobs)), key=keys.__getitem__):
+                job = jobs[i]
+                queue = job.queue
+                if queue in shares:
+                    queue_chunks = by_queue.get(queue)
+                    if queue_chunks is None:
+                        queue_chunks = by_queue[queue] = _QueueChunks()
+                    queue_chunks.add_one(self, job, victim_tasks[i])
+            return by_queue
+        by_job: dict[Job, list[Task]] = defaultdict(list)
+        for task in victim_tasks:
+            by_job[task.job].append(task)
+        for job in sorted(by_job, key=lambda j: j.key):
+            if job.queue in shares:
+                queue_chunks = by_queue.get(job.queue)
+                if queue_chunks is None:
+                    queue_chunks = by_queue[job.queue] = _QueueChunks()
+                queue_chunks.add(self, job, by_job[job])
+        return by_queue
+
     def _reclaimable(
         self,
         shares: dict[str, QueueShare],
@@ -240,16 +270,7 @@ class ReclaimRules:
     ) -> bool:
         own = pending.queue
         assert own is not None  # a queue of ``shares`` (reclaimable checked)
-        by_job: dict[Job, list[Task]] = defaultdict(list)
-        for task in victim_tasks:
-            by_job[task.job].append(task)
-        by_queue: dict[str, _QueueChunks] = {}
-        for job in sorted(by_job, key=lambda j: j.key):
-            if job.queue in shares:
-                queue_chunks = by_queue.get(job.queue)
-                if queue_chunks is None:
-                    queue_chunks = by_queue[job.queue] = _QueueChunks()
-                queue_chunks.add(self, job, by_job[job])
+        by_queue = self._queue_chunks(shares, victim_tasks)
         remaining: dict[str, np.ndarray] = {}
         involved: dict[str, set[int]] = {}
         for vq in sorted(by_queue):
@@ -338,11 +359,18 @@ class _QueueChunks:
         self.single = 0  # how many items are pods
 
     def add(self, rules: ReclaimRules, job: Job, tasks: list[Task]) -> None:
-        if len(tasks) == 1 and job.min_member >= 0 and not tasks[0].is_shared_gpu:
-            self.items.append((tasks[0], job.min_member > 0))
-            self.single += 1
+        if len(tasks) == 1:
+            self.add_one(rules, job, tasks[0])
         else:
             self.items.extend(rules.chunks(job, tasks))
+
+    def add_one(self, rules: ReclaimRules, job: Job, task: Task) -> None:
+        """:meth:`add` of one victim pod of ``job``."""
+        if job.min_member >= 0 and not task.is_shared_gpu:
+            self.items.append((task, job.min_member > 0))
+            self.single += 1
+        else:
+            self.items.extend(rules.chunks(job, [task]))
 
     def chunks(self) -> list[np.ndarray] | np.ndarray:
         from kai.plugins.proportion import QUEUE_COLUMNS
