@@ -165,12 +165,10 @@ def test_a_leaf_skips_in_one_loop_what_popping_one_job_at_a_time_does() -> None:
     for case in range(400):
         jobs = [f"j{i}" for i in range(rng.randint(0, 25))]
         # Pool entries ascend by (order key, sequence); participants come before pool
-        # entries of an equal order key (negative sequence numbers) and pop off the end.
+        # entries of an equal order key (negative sequence numbers), from a heap (here
+        # sorted ascending, which is one).
         base = sorted((rng.randint(0, 5), i, job) for i, job in enumerate(jobs))
-        own = sorted(
-            ((rng.randint(0, 5), -k - 1, f"p{k}") for k in range(rng.randint(0, 3))),
-            reverse=True,
-        )
+        own = sorted((rng.randint(0, 5), -k - 1, f"p{k}") for k in range(rng.randint(0, 3)))
         replaced = set(rng.sample(jobs, k=rng.randint(0, min(3, len(jobs)))))
         keys = {job: rng.choice(["a", "a", "a", "b"]) for job in jobs}
         participants = {entry[2] for entry in own}

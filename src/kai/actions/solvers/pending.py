@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
+from heapq import heapify, heappop
 from itertools import count
 from typing import Any
 
@@ -71,16 +72,17 @@ class PendingPool(LeafPool):
 
 class _Leaf:
     """One leaf of a simulation queue: the pool's sorted jobs (read from ``pos``, the
-    participants' real jobs left out) merged with the participants' entries, sorted
-    descending so that the next one is popped off the end (a simulation may have tens
-    of thousands of participants in one leaf)."""
+    participants' real jobs left out) merged with the participants' entries, a heap (a
+    simulation may have tens of thousands of participants in one leaf, and most of
+    them are never popped: it ends once the preemptor is placed and nothing else
+    fits)."""
 
     __slots__ = ("base", "pos", "own", "left", "skip")
 
     def __init__(self, base: list[tuple[Any, int, Job]], skip: set[Job]) -> None:
         self.base = base
         self.pos = 0
-        self.own: list[tuple[Any, int, Job]] = []  # descending
+        self.own: list[tuple[Any, int, Job]] = []  # a heap
         self.left = 0  # participants not yet popped
         self.skip = skip
 
@@ -95,7 +97,7 @@ class _Leaf:
 
     def head(self) -> Job | None:
         base = self._base_head()
-        own = self.own[-1] if self.own else None
+        own = self.own[0] if self.own else None
         if base is None:
             return None if own is None else own[2]
         if own is None or base[:2] < own[:2]:
@@ -104,9 +106,9 @@ class _Leaf:
 
     def pop(self) -> Job:
         base = self._base_head()
-        if self.own and (base is None or self.own[-1][:2] <= base[:2]):
+        if self.own and (base is None or self.own[0][:2] <= base[:2]):
             self.left -= 1
-            return self.own.pop()[2]
+            return heappop(self.own)[2]
         assert base is not None
         self.pos += 1
         return base[2]
@@ -119,7 +121,7 @@ class _Leaf:
         base, skip, own = self.base, self.skip, self.own
         # An entry (key, seq, job) is below a participant's (key, seq) exactly when its
         # first two items are: equal pairs compare the shorter tuple lower.
-        limit = own[-1][:2] if own else None
+        limit = own[0][:2] if own else None
         known = pool._queue_keys
         pos, end = self.pos, len(base)
         while pos < end:
@@ -164,7 +166,7 @@ class SimulationQueue(JobQueue):
             leaf.left += 1
         for leaf in self.leaves.values():
             if len(leaf.own) > 1:
-                leaf.own.sort(reverse=True)  # (key, seq) pairs are distinct
+                heapify(leaf.own)  # (key, seq) pairs are distinct
         self.remaining = len(participants)
         self.participants = set(participants)
         self.pool = pool
@@ -182,7 +184,7 @@ class SimulationQueue(JobQueue):
                 leaf = live[0]
                 leaf.left -= 1
                 self.remaining -= 1
-                return leaf.own.pop()[2]
+                return heappop(leaf.own)[2]
             best = self._best_among(self.children.get(None, []), {})
             if best is None:
                 return None
