@@ -156,12 +156,14 @@ def _charge_placed(nodes: NodeTable, placed: list[Task]) -> None:
     if placed and not any(
         t.status in not_idle or t.gpu_fraction > 0 or t.gpu_memory_mib > 0 for t in placed
     ):
-        # What add_task does per task, in bulk: np.add.at adds the rows in task order,
-        # so the sums are bit-identical to charging the tasks one at a time.
+        # What add_task does per task, in bulk: the rows are added in task order, so
+        # the sums are bit-identical to charging the tasks one at a time (and x - y is
+        # x + -y, bit for bit).
         rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
         requests = np.array([t.request for t in placed], dtype=np.float64)
-        np.add.at(nodes.used, rows, requests)
-        np.subtract.at(nodes.idle, rows, requests)
+        add_at = _fast.add_at_function()
+        add_at(nodes.used, rows, requests)
+        add_at(nodes.idle, rows, -requests)
         node_tasks = nodes.tasks
         for t in placed:
             node_tasks[t.node].add(t)

@@ -517,7 +517,7 @@ class NodePods:
                     spread.setdefault(node, set()).update(nodes)
         index = np.asarray(at, dtype=np.intp)
         freed = np.zeros(len(ssn.nodes))
-        np.add.at(freed, index, np.asarray(gpus, dtype=np.float64))
+        _fast.add_at_function()(freed, index, np.asarray(gpus, dtype=np.float64))
         held = np.zeros(len(ssn.nodes), dtype=np.bool_)
         held[index] = True
         return cls(freed, held, spread)
@@ -638,7 +638,7 @@ def _after_evictions(
     index = np.fromiter((t.node for t in victims), dtype=np.intp, count=len(victims))
     freed = np.fromiter((gpu_freed(ssn, t) for t in victims), dtype=np.float64, count=len(victims))
     capacity = base.copy()
-    np.add.at(capacity, index, freed)
+    _fast.add_at_function()(capacity, index, freed)
     mask = within.copy()
     mask[index] = True
     return capacity, mask

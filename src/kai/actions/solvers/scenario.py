@@ -11,7 +11,7 @@ arithmetic, native kernels) before a generator turns it into scenarios.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,11 +161,19 @@ def node_gpu_capacity(ssn: Session) -> np.ndarray:
     return cap.copy()
 
 
-def _add_at() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-    """``np.add.at`` for float64 arrays and an int64 index, compiled where ``kai._fast``
-    is (the same additions in the same order: numpy's takes ten times as long)."""
-    ledger = _fast.module("ledger")
-    return np.add.at if ledger is None else ledger.add_at
+def _extend_by_runs(out: list, source: list, at: np.ndarray) -> None:
+    """``out.extend(source[i] for i in at)`` for ascending ``at``, a slice per run of
+    consecutive indices (a search's recorded victims, left out, leave few gaps)."""
+    if not at.size:
+        return
+    cuts = np.flatnonzero(np.diff(at) != 1) + 1
+    if len(cuts) * 8 > len(at):
+        out.extend(map(source.__getitem__, at.tolist()))
+        return
+    starts = at[np.r_[0, cuts]].tolist()
+    ends = (at[np.r_[cuts - 1, len(at) - 1]] + 1).tolist()
+    for lo, hi in zip(starts, ends):
+        out.extend(source[lo:hi])
 
 
 class AccumulatedState:
@@ -239,7 +247,7 @@ class AccumulatedState:
         for i, task in enumerate(live):
             if task.is_shared_gpu:
                 freed[i] = rows[i, GPU] = gpu_freed(ssn, task)
-        add_at = _add_at()
+        add_at = _fast.add_at_function()
         add_at(self._gpu_capacity, nodes, freed)
         add_at(self._available, nodes, rows)
         if not np.array_equal(freed, np.floor(freed)):
@@ -300,7 +308,9 @@ class AccumulatedState:
             self._cap.clear()
         if self._rows:
             if fit is None:
-                np.add.at(self._available, self._row_nodes, np.array(self._rows))
+                _fast.add_at_function()(
+                    self._available, np.array(self._row_nodes, dtype=np.intp), np.array(self._rows)
+                )
             else:
                 fit.add_available(self._row_nodes, np.array(self._rows))
             self._row_nodes.clear()
@@ -513,7 +523,7 @@ class AccumulatedState:
         keep, nodes, freed = keep[:taken], nodes[:taken], freed[:taken]
         self._units[0] = int(units[taken - 1])
         # Capacity and resource rows.
-        add_at = _add_at()
+        add_at = _fast.add_at_function()
         add_at(gpu_capacity, nodes, freed)
         rows = columns.rows[keep]
         fit = self._fit
@@ -525,7 +535,7 @@ class AccumulatedState:
             fit.add_available(nodes, rows)
         # Batches and their bookkeeping.
         index = len(self.batches)
-        self.batches.extend(map(steps.batches.__getitem__, keep.tolist()))
+        _extend_by_runs(self.batches, steps.batches, keep)
         self.touched.extend(nodes.tolist())  # a simple step's one node
         if self._whole:
             add_at(self._totals_array(), nodes, freed)
