@@ -53,7 +53,7 @@ _PLACED_BY_SESSION = frozenset({TaskStatus.ALLOCATED, TaskStatus.PIPELINED, Task
 _BOUND_BY_SESSION = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING})
 
 
-@dataclass
+@dataclass(slots=True)
 class _Op:
     """One operation of a statement, with what undoing it restores."""
 
