@@ -176,6 +176,26 @@ def _extend_by_runs(out: list, source: list, at: np.ndarray) -> None:
         out.extend(source[lo:hi])
 
 
+def _pending_rows(ssn: Session, pending: list[Task]) -> tuple[list[float], list[np.ndarray]]:
+    """Per pending task, :func:`gpu_need` and the resource row the filters check (a
+    shared-GPU task's without its GPU: the device fraction is checked by the GPU
+    filter); each task's kept for the session (a search's probes take prefixes of one
+    job's pending tasks again and again)."""
+    known: dict[Task, tuple[float, np.ndarray]] = ssn.cache.setdefault("solver.pending_rows", {})
+    needs, rows = [], []
+    for task in pending:
+        got = known.get(task)
+        if got is None:
+            row = task.request
+            if task.is_shared_gpu:
+                row = row.copy()
+                row[GPU] = 0.0
+            got = known[task] = (gpu_need(ssn, task), row)
+        needs.append(got[0])
+        rows.append(got[1])
+    return needs, rows
+
+
 class AccumulatedState:
     """Victim batches accumulated so far, with incremental capacity arrays.
 
@@ -218,13 +238,10 @@ class AccumulatedState:
         self.prefix_bound: Any = None
         self.prefix_request: tuple[float, float] | None = None
         self._free_recorded()
-        self.gpu_requests = np.array([gpu_need(ssn, t) for t in pending], dtype=np.float64)
-        reqs = [t.request.copy() for t in pending]
-        for vec, task in zip(reqs, pending):
-            if task.is_shared_gpu:
-                vec[GPU] = 0.0  # the device fraction is checked by the GPU filter
+        needs, rows = _pending_rows(ssn, pending)
+        self.gpu_requests = np.array(needs, dtype=np.float64)
         r = len(ssn.state.resources)
-        self.requests = np.array(reqs, dtype=np.float64).reshape(len(pending), r)
+        self.requests = np.array(rows, dtype=np.float64).reshape(len(pending), r)
         # A counting bound of AccumulatedIdleGpus, kept incrementally: per distinct GPU
         # request v, the tasks asking >= v cannot outnumber the v-sized slots of all nodes.
         positive = self.gpu_requests[self.gpu_requests > 0]

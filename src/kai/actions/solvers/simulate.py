@@ -141,17 +141,32 @@ class _GpuRoom:
         return need <= 0 or self.fits(need)
 
 
-def _least_gpu_need(jobs: list[Job]) -> float:
+def _least_gpu_need(ssn: Session, jobs: list[Job]) -> float:
     """A lower bound of what :meth:`_GpuRoom.may_place` compares for any of ``jobs``
-    (0 when some job may need no whole GPU): the smallest GPU request of their tasks."""
+    (0 when some job may need no whole GPU): the smallest GPU request of their tasks.
+    Each job's is kept for the session (its pods and their requests do not change)."""
+    known: dict[Job, float] = ssn.cache.setdefault("solver.least_gpu_need", {})
     least = float("inf")
     for job in jobs:
-        for task in job.tasks:
-            gpus = float(task.request[GPU])
-            if gpus <= 0 or task.is_shared_gpu:
-                return 0.0
-            if gpus < least:
-                least = gpus
+        own = known.get(job)
+        if own is None:
+            own = known[job] = _least_of(job)
+        if own <= 0:
+            return 0.0
+        if own < least:
+            least = own
+    return least
+
+
+def _least_of(job: Job) -> float:
+    """The smallest GPU request of ``job``'s tasks; 0 when one may need no whole GPU."""
+    least = float("inf")
+    for task in job.tasks:
+        gpus = float(task.request[GPU])
+        if gpus <= 0 or task.is_shared_gpu:
+            return 0.0
+        if gpus < least:
+            least = gpus
     return least
 
 
@@ -393,7 +408,7 @@ def _re_place(
     queue = simulation_queue(ssn, [*victim_jobs, view], {*victim_jobs, preemptor})
     placed = False
     room = _GpuRoom(ssn, within)
-    least = _least_gpu_need(victim_jobs)
+    least = _least_gpu_need(ssn, victim_jobs)
     ops = stmt.ops
     while True:
         if placed and least > 0 and not room.fits(least):
