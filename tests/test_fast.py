@@ -605,3 +605,78 @@ def test_row_arithmetic_refuses_what_numpy_would_not_write() -> None:
     with pytest.raises(ValueError, match="read-only"):
         ledger.add_vector_to_each((np.zeros(3), read_only), np.ones(3), True)
     assert all(not m.any() for m in rows)  # nothing written by a refused call
+
+
+def _leaf_read_view(seed: int) -> list[Any]:
+    """Every victim leaf of a mixed cluster read through a filter that refuses some jobs
+    (in random chunks, after a queue read part of the leaf ahead): the steps, the filter's
+    and the evictions' memos and the accepted positions, as values."""
+    from kai import bench_clusters as gen
+    from kai.actions.solvers.victims import VictimPool, _LeafSteps
+    from kai.api.model import ACTIVE_ALLOCATED
+
+    rng = random.Random(seed)
+    builder = (
+        gen.kai_reclaim_large_jobs(8 + seed)
+        if seed % 2
+        else gen.random_cluster(seed, nodes=10, jobs=60)
+    )
+    state = Snapshot(builder.objects()).state()
+    config = SchedulerConfig.default()
+    ssn = Session(state, config, now=NOW)
+    ssn.open(config.build_plugins())
+    pool = VictimPool.for_session(ssn)
+    assert pool is not None
+    refused = {job.uid for job in ssn.jobs.values() if rng.random() < 0.2}
+    cands = pool.candidates(lambda job: job.uid not in refused)
+    width = len(state.resources)
+
+    def batch_view(batch: Any) -> Any:
+        if batch is None:
+            return None
+        return (batch.job.uid, [t.uid for t in batch.tasks], sorted(batch.nodes), batch._uids)
+
+    def prepared_view(prepared: Any) -> Any:
+        if prepared is None:
+            return None
+        items = [(n, f, r.tolist()) for n, f, r in prepared.items]
+        return (items, prepared.nodes, prepared.sums)
+
+    out: list[Any] = []
+    for name in cands.leaves:
+        entries = pool.leaf(name)
+        ahead = cands.accepted_in(entries)
+        ahead.at_or_below(rng.randrange(-1, len(entries) + 1), cands.accepts)  # a queue read
+        steps = _LeafSteps(entries, cands, width)
+        while (got := steps.read(ssn, rng.randint(1, 9))) > 0:
+            out.append(got)
+        out.append(
+            (
+                name,
+                steps.positions,
+                steps.neg,
+                steps._simple,
+                {t.uid: i for t, i in steps.simple_at.items()},
+                [
+                    ([t.uid for t in tasks], more, batch_view(batch), prepared_view(prepared))
+                    for tasks, more, batch, prepared in steps.gots
+                ],
+                [batch_view(b) for b in steps.batches],
+                ahead.neg,
+                ahead.low,
+            )
+        )
+    out.append(sorted((job.uid, ok) for job, ok in cands.memo.items()))
+    out.append(sorted((job.uid, len(got[0]), got[1]) for job, got in cands.evictions.items()))
+    assert any(t.status in ACTIVE_ALLOCATED for t in state.tasks)
+    ssn.close()
+    return out
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", range(8))
+def test_leaf_read_identical(seed: int) -> None:
+    """kai._fast.leaf reads a victim leaf as _LeafSteps.read does, step for step."""
+    compiled, reference = _both(_leaf_read_view, seed)
+    assert compiled == reference
+    assert any(isinstance(item, tuple) and item[1] for item in compiled)  # steps were read

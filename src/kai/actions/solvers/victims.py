@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from kai import _fast
 from kai.actions.common import JobQueue
 from kai.actions.solvers.batches import job_view, whole_job_eviction
 from kai.actions.solvers.order import LeafPool
@@ -333,7 +334,11 @@ class _LeafSteps:
         return self.read(ssn, 1) > 0
 
     def read(self, ssn: Session, count: int) -> int:
-        """Read up to ``count`` more accepted jobs; how many there were."""
+        """Read up to ``count`` more accepted jobs; how many there were (compiled:
+        :mod:`kai._fast.leaf`)."""
+        compiled = _fast.module("leaf")
+        if compiled is not None:
+            return compiled.read(self, ssn, count)
         cands = self._cands()
         assert cands is not None  # they outlive their steps
         accepted, accepts, memo = self._accepted, cands.accepts, cands.evictions

@@ -1,0 +1,120 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled reading of a victim leaf: ``kai.actions.solvers.victims._LeafSteps.read``.
+
+A search reads the accepted jobs of a victim leaf once, in victim order, with each
+one's eviction (:func:`kai.actions.solvers.batches.whole_job_eviction`). A leaf of a
+large cluster holds tens of thousands of one-pod jobs, and a reclaim reads most of them
+at its first probe: here the read loop and the eviction of a one-pod job on whole GPUs
+(its batch and prepared additions written slot by slot) run without a Python frame per
+job. The filter is still asked of each job through the candidates, and any other job's
+eviction comes from ``whole_job_eviction``: the steps and memos are the same, object
+for object, and the tests hold the two to it.
+"""
+
+from kai.actions.solvers.batches import PreparedBatch, VictimBatch, whole_job_eviction
+from kai.api.model import ACTIVE_ALLOCATED
+from kai.api.resources import GPU
+
+from kai._fast.slots cimport layout, make
+
+cdef tuple BATCH_FIELDS = ("job", "tasks", "nodes", "_uids", "_freed")
+cdef tuple PREPARED_FIELDS = ("items", "nodes", "sums")
+cdef Py_ssize_t BATCH_OFF[5]
+cdef Py_ssize_t PREPARED_OFF[3]
+cdef bint BATCH_DIRECT = layout(VictimBatch, BATCH_FIELDS, BATCH_OFF)
+cdef bint PREPARED_DIRECT = layout(PreparedBatch, PREPARED_FIELDS, PREPARED_OFF)
+
+cdef frozenset ACTIVE = ACTIVE_ALLOCATED
+cdef Py_ssize_t GPU_COLUMN = GPU
+cdef tuple NOTHING = ([], False, None, None)
+
+
+cdef object _eviction(object ssn, object job):
+    """``whole_job_eviction(ssn, job)``, a one-pod job's made here."""
+    cdef list tasks = job.tasks
+    if len(tasks) != 1:
+        return whole_job_eviction(ssn, job)
+    task = tasks[0]
+    if task.status not in ACTIVE or not task.job.is_task_preemptible(task):
+        return ([], False, None, None)
+    cdef Py_ssize_t node = task.node
+    if node < 0 or task.is_shared_gpu:
+        return whole_job_eviction(ssn, job)
+    request = task.request
+    freed = float(request[GPU_COLUMN])
+    one = [task]
+    at = node  # the node as a Python int, shared by the containers below
+    batch = make(VictimBatch, BATCH_DIRECT, BATCH_OFF, (task.job, one, frozenset((at,)), None, None))
+    prepared = make(
+        PreparedBatch,
+        PREPARED_DIRECT,
+        PREPARED_OFF,
+        ([(at, freed, request)], [at], [(at, freed, freed.is_integer())]),
+    )
+    return (one, False, batch, prepared)
+
+
+def read(steps, ssn, Py_ssize_t count):
+    """``steps.read(ssn, count)`` (a :class:`~kai.actions.solvers.victims._LeafSteps`),
+    compiled: up to ``count`` more accepted jobs read; how many there were."""
+    cands = steps._cands()
+    assert cands is not None  # they outlive their steps
+    accepted = steps._accepted
+    accepts = cands.accepts
+    cdef dict memo = cands.evictions
+    cdef list entries = steps.entries
+    cdef list positions = steps.positions
+    cdef list neg = steps.neg
+    cdef list gots = steps.gots
+    cdef list batches = steps.batches
+    cdef list simple_flags = steps._simple
+    cdef dict simple_at = steps.simple_at
+    cdef list accepted_neg = accepted.neg
+    cdef Py_ssize_t below = (positions[len(positions) - 1] if positions else len(entries)) - 1
+    cdef Py_ssize_t done, pos, p
+    cdef bint simple
+    for done in range(count):
+        # _Accepted.at_or_below(below, accepts): what was read already answers above
+        # ``low``; below it, each job is asked in turn.
+        if below < 0:
+            return done
+        if below >= accepted.low:
+            pos = accepted.at_or_below(below, accepts)
+        else:
+            pos = -1
+            while accepted.low > 0:
+                accepted.low -= 1
+                p = accepted.low
+                if accepts((<tuple>entries[p])[2]):
+                    accepted_neg.append(-p)
+                    if p <= below:
+                        pos = p
+                        break
+        if pos < 0:
+            return done
+        job = (<tuple>entries[pos])[2]
+        got = memo.get(job)
+        if got is None:
+            got = memo[job] = _eviction(ssn, job)
+        positions.append(pos)
+        neg.append(-pos)
+        gots.append(got)
+        tasks, more, batch, prepared = <tuple>got
+        batches.append(batch)
+        simple = (
+            prepared is not None
+            and not more
+            and len(prepared.items) == 1
+            and len(job.tasks) == 1
+            and prepared.sums[0][2]  # whole GPUs
+        )
+        simple_flags.append(simple)
+        if simple:
+            simple_at[tasks[0]] = len(gots) - 1
+        below = pos - 1
+    return count
+
+
+def direct():
+    """Whether batches and their prepared additions are written slot by slot."""
+    return bool(BATCH_DIRECT and PREPARED_DIRECT)
