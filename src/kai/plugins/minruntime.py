@@ -258,7 +258,7 @@ class MinRuntimePlugin(Plugin):
             return lambda victim: self.reclaim_victim_filter(reclaimer, victim)
 
         def accepts(victim: Job) -> bool:
-            if victim.min_member < len(victim.tasks):
+            if victim.is_elastic():
                 return True  # elastic jobs are checked per scenario
             start = victim.last_start_timestamp
             if start is None:
