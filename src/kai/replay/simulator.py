@@ -728,25 +728,49 @@ def _min_runtimes(config: SchedulerConfig, cluster: ClusterObjects) -> list[floa
 
 
 def _count_protections(plugin: Any, result: ReplayResult) -> None:
-    """Count the victims the min-runtime plugin protects (its filters say no)."""
+    """Count the victims the min-runtime plugin protects (its filters say no): asked of
+    one job, or through a filter made for one leaf queue (``*_victim_filter_in``)."""
     for kind in ("reclaim", "preempt"):
-        name = f"{kind}_victim_filter"
-        # Weakly: the plugin keeps the wrapper, which a strong reference back would make
-        # a cycle that outlives the session until the garbage collector runs.
-        inner = weakref.WeakMethod(getattr(plugin, name))
         seen: set[str] = set()
 
-        def counted(actor: Job, victim: Job, _inner=inner, _kind=kind, _seen=seen) -> bool:
+        def note(victim: Job, _kind: str = kind, _seen: set[str] = seen) -> None:
+            key = victim.key
+            if key not in _seen:  # once per session and victim
+                _seen.add(key)
+                result.protections[_kind] += 1
+                result.protected_jobs[_kind].add(key)
+
+        # Weakly: the plugin keeps the wrappers, which a strong reference back would make
+        # a cycle that outlives the session until the garbage collector runs.
+        name = f"{kind}_victim_filter"
+        inner = weakref.WeakMethod(getattr(plugin, name))
+
+        def counted(actor: Job, victim: Job, _inner=inner, _note=note) -> bool:
             allowed = _inner()(actor, victim)
             if not allowed:
-                key = victim.key
-                if key not in _seen:  # once per session and victim
-                    _seen.add(key)
-                    result.protections[_kind] += 1
-                    result.protected_jobs[_kind].add(key)
+                _note(victim)
             return allowed
 
         setattr(plugin, name, counted)
+        per_leaf = getattr(plugin, f"{name}_in", None)
+        if per_leaf is None:
+            continue
+        inner_in = weakref.WeakMethod(per_leaf)
+
+        def counted_in(
+            actor: Job, queue: str, _inner=inner_in, _note=note
+        ) -> Callable[[Job], bool]:
+            accepts = _inner()(actor, queue)
+
+            def checked(victim: Job) -> bool:
+                allowed = accepts(victim)
+                if not allowed:
+                    _note(victim)
+                return allowed
+
+            return checked
+
+        setattr(plugin, f"{name}_in", counted_in)
 
 
 class _UsageFeed:
