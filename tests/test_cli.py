@@ -28,6 +28,18 @@ def invoke(*args):
     return CliRunner().invoke(main, list(args))
 
 
+def test_a_pod_on_a_node_the_snapshot_lacks_is_a_warning_on_stderr(tmp_path):
+    objs = [node("n1"), queue("q"), pod("a", gpus=1, queue="q")]
+    objs.append(pod("lost", gpus=1, queue="q", node="gone", phase="Running"))
+    path = write(tmp_path, objs)
+    result = invoke("simulate", path, "--now", "2026-11-22T12:00:00Z")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "kai: warning: pod default/lost is on unknown node 'gone'\n"
+    out = json.loads(result.stdout)  # the document alone on stdout
+    assert out["pods"]["default/lost"] == {"status": "Running", "node": "gone"}
+    assert out["pods"]["default/a"] == {"status": "Binding", "node": "n1"}
+
+
 def test_json_output_is_one_document_with_every_section(tmp_path):
     path = write(tmp_path, [node("n1"), queue("q"), pod("a", gpus=1, queue="q")])
     result = invoke("simulate", path, "--now", "2026-11-22T12:00:00Z")

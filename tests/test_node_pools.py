@@ -121,3 +121,16 @@ def test_each_pool_alone_sees_the_pod_on_another_pools_node():
     assert pool_a.pods["default/jb-0"].node == "a1"  # a pod holding a1, as another's
     pool_b = kai.run_session(snap, actions=["allocate"], node_pool="b")
     assert pool_b.pods["default/jb-1"].node == "b1"
+
+
+def test_only_a_pod_on_a_node_no_pool_has_is_on_an_unknown_node():
+    """A pod of pool b running on pool a's node is on a known node: no session warns
+    about it. A pod on a node the snapshot lacks is warned about, once."""
+    objs = relabelled_node_cluster()
+    objs.append(pod("stray-0", gpus=1, node="gone", phase="Running"))
+    snap = kai.Snapshot.from_objects(objs)
+    merged = kai.run_session(snap, actions=["allocate"])
+    assert merged.warnings == ["pod default/stray-0 is on unknown node 'gone'"]
+    for pool in ("a", "b"):
+        alone = kai.run_session(snap, actions=["allocate"], node_pool=pool)
+        assert not any("jb-0" in w for w in alone.warnings), (pool, alone.warnings)

@@ -211,6 +211,8 @@ def simulate(
             from kai.output import render_table
 
             text = render_table(result, explain=explain)
+    for message in result.warnings:
+        click.echo(f"kai: warning: {message}", err=True)
     if output == "json":
         sys.stdout.write(text)
         sys.stdout.write("\n")

@@ -88,9 +88,24 @@ def test_a_pool_counts_its_gang_pod_running_on_another_pools_node(cluster: Clust
     cluster.queue("team", gpu_quota=2)
     cluster.pod_group("ours", "team")
     cluster.pod("ours-0", group="ours", gpus=2)
-    cluster.kai(f"--partition-label-value={pool_b[POOL_LABEL]}", lease=pool_b[POOL_LABEL])
+    b = cluster.kai(f"--partition-label-value={pool_b[POOL_LABEL]}", lease=pool_b[POOL_LABEL])
     cluster.kai()
     wait_for(lambda: cluster.bound("gang-1"), 60, "the rest of pool b's gang bound")
     assert cluster.placement()["gang-1"] == theirs
     time.sleep(2)  # ten cycles of this pool's scheduler
     assert cluster.placement()["ours-0"] is None  # the moved node's GPUs are held
+    assert "unknown node" not in b.output()  # the moved node is known: another pool's
+
+
+def test_a_pod_on_a_node_the_cluster_lacks_is_logged_once(cluster: Cluster) -> None:
+    cluster.node("n0", gpus=1)
+    cluster.wait_nodes_ready()
+    cluster.queue("team", gpu_quota=2)
+    cluster.pod("lost", gpus=1, queue="team", node_name="ghost")
+    cluster.pod("ours", gpus=1, queue="team")
+    kai = cluster.kai()
+    wait_for(lambda: cluster.bound("ours"), 60, "the schedulable pod bound")
+    time.sleep(2)  # ten more cycles, each with the pod on the missing node
+    warned = [line for line in kai.output().splitlines() if "unknown node 'ghost'" in line]
+    assert len(warned) == 1, kai.output()
+    assert f"pod {cluster.ns}/lost is on unknown node" in warned[0]

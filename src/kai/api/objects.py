@@ -327,3 +327,6 @@ class ClusterObjects:
     # Pods of other node pools on these nodes (kai.snapshot.partition): they hold their
     # nodes' capacity, as other schedulers' pods do, and their own pool schedules them.
     occupants: list[PodObject] = field(default_factory=list)
+    # The nodes of the cluster's other node pools: a pod of this pool running on one of
+    # them is on a known node (its pool counts it; the node's pool holds its capacity).
+    other_pool_nodes: frozenset[str] = frozenset()

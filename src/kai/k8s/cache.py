@@ -427,6 +427,7 @@ class ClusterCache:
             if self._in_partition(node.labels):
                 nodes[node.name] = node
         out.nodes = list(nodes.values())
+        out.other_pool_nodes = frozenset(node_pool).difference(nodes)
         groups_all = {}
         for raw, pg in sorted_items("PodGroup"):
             groups_all[(pg.namespace, pg.name)] = (raw, pg)

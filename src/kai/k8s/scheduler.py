@@ -133,6 +133,7 @@ class Scheduler:
         self.collector = CycleCollector()
         self.cycles = 0
         self._heartbeat = time.monotonic()
+        self._warned: frozenset[str] = frozenset()  # the last cycle's session warnings
         self._started = False
         self._looping = False
 
@@ -285,6 +286,7 @@ class Scheduler:
             backend=self.options.backend,
             queue_usage=self.usage.table() if self.usage is not None else None,
         )
+        self._warn(result.warnings)
         self.metrics.action_latency.clear()
         for action, seconds in result.action_seconds.items():
             self.metrics.action_latency.labels(action).set(seconds * 1000.0)
@@ -318,6 +320,14 @@ class Scheduler:
                 self.binder.binds_in_flight,
             )
         return CycleReport(True, result, applied)
+
+    def _warn(self, warnings: list[str]) -> None:
+        """Log the session's warnings (a pod on a node the cluster does not have, ...)
+        when they appear: one the previous cycle gave too is not logged again."""
+        for message in warnings:
+            if message not in self._warned:
+                log.warning("%s", message)
+        self._warned = frozenset(warnings)
 
     def _report_bad(self, snap: CacheSnapshot) -> None:
         self.metrics.bad_objects.set(len(snap.bad))

@@ -179,7 +179,7 @@ class _JobMaker:
 
     def __init__(self, state: ClusterState, objects: ClusterObjects) -> None:
         self.state = state
-        self.make_task = _TaskMaker(state)
+        self.make_task = _TaskMaker(state, objects.other_pool_nodes)
         self.priorities = {pc.name: pc.value for pc in objects.priority_classes}
         self.global_default = next(
             (pc.value for pc in objects.priority_classes if pc.global_default), None
@@ -376,10 +376,11 @@ class _TaskMaker:
     between them; they are read-only so that sharing stays safe.
     """
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, other_pool_nodes: frozenset[str] = frozenset()) -> None:
         self.state = state
         self.vectors = state.request_vectors
         self.node_index = state.nodes.index
+        self.other_pool_nodes = other_pool_nodes
         # The vector of each requests map seen (the loader shares equal maps between
         # pods): keyed by identity, valid while the pods, and so the maps, are alive.
         self.by_map: dict[int, np.ndarray] = {}
@@ -411,7 +412,7 @@ class _TaskMaker:
             status = pod_status(pod)
         if pod.node_name is not None and status in ON_NODE:
             node = self.node_index.get(pod.node_name, -1)
-            if node < 0:
+            if node < 0 and pod.node_name not in self.other_pool_nodes:
                 self.state.warnings.append(f"pod {pod.key} is on unknown node {pod.node_name!r}")
         fraction = memory_mib = 0.0
         gpu_group = None

@@ -92,6 +92,7 @@ def partition(objects: ClusterObjects, label: str = NODE_POOL_LABEL) -> dict[str
     for metric in objects.node_metrics:
         parts[node_pool.get(metric.name, DEFAULT_POOL)]["node_metrics"].append(metric)
     parts[DEFAULT_POOL]  # the default shard always exists
+    every_node = frozenset(node_pool) | objects.other_pool_nodes
     return {
         pool: replace(
             objects,
@@ -101,6 +102,7 @@ def partition(objects: ClusterObjects, label: str = NODE_POOL_LABEL) -> dict[str
             queues=kinds["queues"],
             node_metrics=kinds["node_metrics"],
             occupants=kinds["occupants"],
+            other_pool_nodes=every_node.difference(node.name for node in kinds["nodes"]),
         )
         for pool, kinds in sorted(parts.items())
     }
