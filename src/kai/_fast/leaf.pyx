@@ -12,6 +12,7 @@ for object, and the tests hold the two to it.
 """
 
 from kai.actions.solvers.batches import PreparedBatch, VictimBatch, whole_job_eviction
+from kai.actions.solvers.victims import simple_step
 from kai.api.model import ACTIVE_ALLOCATED
 from kai.api.resources import GPU
 
@@ -26,7 +27,6 @@ cdef bint PREPARED_DIRECT = layout(PreparedBatch, PREPARED_FIELDS, PREPARED_OFF)
 
 cdef frozenset ACTIVE = ACTIVE_ALLOCATED
 cdef Py_ssize_t GPU_COLUMN = GPU
-cdef tuple NOTHING = ([], False, None, None)
 
 
 cdef object _eviction(object ssn, object job):
@@ -99,18 +99,11 @@ def read(steps, ssn, Py_ssize_t count):
         positions.append(pos)
         neg.append(-pos)
         gots.append(got)
-        tasks, more, batch, prepared = <tuple>got
-        batches.append(batch)
-        simple = (
-            prepared is not None
-            and not more
-            and len(prepared.items) == 1
-            and len(job.tasks) == 1
-            and prepared.sums[0][2]  # whole GPUs
-        )
+        batches.append((<tuple>got)[2])
+        simple = simple_step(job, got)
         simple_flags.append(simple)
         if simple:
-            simple_at[tasks[0]] = len(gots) - 1
+            simple_at[(<tuple>got)[0][0]] = len(gots) - 1
         below = pos - 1
     return count
 

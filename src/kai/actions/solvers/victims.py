@@ -355,20 +355,26 @@ class _LeafSteps:
             positions.append(pos)
             self.neg.append(-pos)
             gots.append(got)
-            tasks, more, batch, prepared = got
-            self.batches.append(batch)
-            simple = (
-                prepared is not None
-                and not more
-                and len(prepared.items) == 1
-                and len(job.tasks) == 1
-                and prepared.sums[0][2]  # whole GPUs
-            )
+            self.batches.append(got[2])
+            simple = simple_step(job, got)
             self._simple.append(simple)
             if simple:
-                self.simple_at[tasks[0]] = len(gots) - 1
+                self.simple_at[got[0][0]] = len(gots) - 1
             below = pos - 1
         return count
+
+
+def simple_step(job: Job, eviction: Eviction) -> bool:
+    """Whether ``eviction`` of ``job`` is a simple step of a victim leaf: the job's one
+    pod, on a node, evicted whole, freeing a whole number of GPUs."""
+    _, more, _, prepared = eviction
+    return (
+        prepared is not None
+        and not more
+        and len(prepared.items) == 1
+        and len(job.tasks) == 1
+        and prepared.sums[0][2]  # whole GPUs
+    )
 
 
 class _StepArrays:
