@@ -236,29 +236,13 @@ class ReclaimRules:
     ) -> dict[str, _QueueChunks]:
         """The victims' chunks (:meth:`chunks`) per queue of ``shares``, each queue's
         jobs in key order."""
-        jobs = [task.job for task in victim_tasks]
-        keys = [job.key for job in jobs]
         by_queue: dict[str, _QueueChunks] = {}
-        if len(set(jobs)) == len(jobs):
-            # One victim pod per job (the usual scenario): no grouping to do.
-            for i in sorted(range(len(jobs)), key=keys.__getitem__):
-                job = jobs[i]
-                queue = job.queue
-                if queue in shares:
-                    queue_chunks = by_queue.get(queue)
-                    if queue_chunks is None:
-                        queue_chunks = by_queue[queue] = _QueueChunks()
-                    queue_chunks.add_one(self, job, victim_tasks[i])
-            return by_queue
-        by_job: dict[Job, list[Task]] = defaultdict(list)
-        for task in victim_tasks:
-            by_job[task.job].append(task)
-        for job in sorted(by_job, key=lambda j: j.key):
+        for job, tasks in _by_job_in_key_order(victim_tasks):
             if job.queue in shares:
                 queue_chunks = by_queue.get(job.queue)
                 if queue_chunks is None:
                     queue_chunks = by_queue[job.queue] = _QueueChunks()
-                queue_chunks.add(self, job, by_job[job])
+                queue_chunks.add(self, job, tasks)
         return by_queue
 
     def _reclaimable(
@@ -359,18 +343,11 @@ class _QueueChunks:
         self.single = 0  # how many items are pods
 
     def add(self, rules: ReclaimRules, job: Job, tasks: list[Task]) -> None:
-        if len(tasks) == 1:
-            self.add_one(rules, job, tasks[0])
-        else:
-            self.items.extend(rules.chunks(job, tasks))
-
-    def add_one(self, rules: ReclaimRules, job: Job, task: Task) -> None:
-        """:meth:`add` of one victim pod of ``job``."""
-        if job.min_member >= 0 and not task.is_shared_gpu:
-            self.items.append((task, job.min_member > 0))
+        if len(tasks) == 1 and job.min_member >= 0 and not tasks[0].is_shared_gpu:
+            self.items.append((tasks[0], job.min_member > 0))
             self.single += 1
         else:
-            self.items.extend(rules.chunks(job, [task]))
+            self.items.extend(rules.chunks(job, tasks))
 
     def chunks(self) -> list[np.ndarray] | np.ndarray:
         from kai.plugins.proportion import QUEUE_COLUMNS
@@ -397,6 +374,18 @@ class _QueueChunks:
                 if not isinstance(item, tuple):
                     matrix[i] = item
         return matrix
+
+
+def _by_job_in_key_order(tasks: list[Task]) -> list[tuple[Job, list[Task]]]:
+    """``tasks`` grouped by job (each group in the tasks' order), the jobs in key order."""
+    jobs = [task.job for task in tasks]
+    if len(set(jobs)) == len(jobs):  # one pod per job (the usual scenario): no grouping
+        keys = [job.key for job in jobs]
+        return [(jobs[i], [tasks[i]]) for i in sorted(range(len(jobs)), key=keys.__getitem__)]
+    by_job: dict[Job, list[Task]] = defaultdict(list)
+    for task in tasks:
+        by_job[task.job].append(task)
+    return [(job, by_job[job]) for job in sorted(by_job, key=lambda j: j.key)]
 
 
 def register_reclaim_rules(plugin: ProportionPlugin, ssn: Session) -> None:
