@@ -376,7 +376,7 @@ class _TaskMaker:
     between them; they are read-only so that sharing stays safe.
     """
 
-    def __init__(self, state: ClusterState, other_pool_nodes: frozenset[str] = frozenset()) -> None:
+    def __init__(self, state: ClusterState, other_pool_nodes: frozenset[str]) -> None:
         self.state = state
         self.vectors = state.request_vectors
         self.node_index = state.nodes.index
