@@ -13,9 +13,11 @@ Public functions: :func:`load_files`, :func:`load_text`, :func:`load_objects`,
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -1277,8 +1279,22 @@ def _json_loads(text: str) -> Any:
         return json.loads(text)
 
 
-def _iter_documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
-    """Yield (document index, parsed document) of a YAML or JSON text."""
+def _iter_documents(data: str | bytes, file: str) -> Iterator[tuple[int, Any]]:
+    """Yield (document index, parsed document) of a YAML or JSON text, or of a file's
+    bytes (see :func:`_read`)."""
+    if isinstance(data, bytes):
+        start = _LEADING_SPACE.match(data).end()  # type: ignore[union-attr]
+        if data[start : start + 1] in (b"{", b"["):
+            # orjson reads UTF-8 bytes without the text made first.
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                pass  # read as text below: json's reading, or YAML's, and their errors
+            else:
+                yield 0, doc
+                return
+        data = _decode(data, file)
+    text = data
     head = text.lstrip()[:1]
     if head in ("{", "["):
         try:
@@ -1302,15 +1318,30 @@ def _iter_documents(text: str, file: str) -> Iterator[tuple[int, Any]]:
         raise InputError(f"YAML does not parse: {exc}", file=file, document=index) from None
 
 
-def _read(path: str) -> tuple[str, str]:
+#: JSON's white space, before a document's first character.
+_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
+def _read(path: str) -> tuple[str | bytes, str]:
+    """A file's content and its name for messages: the bytes, without a UTF-8 byte
+    order mark (:func:`_iter_documents` decodes them unless they are JSON); stdin as
+    text."""
     if path == "-":
         return sys.stdin.read(), "<stdin>"
     try:
-        with open(path, encoding="utf-8-sig") as fh:
-            return fh.read(), path
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise InputError(f"cannot read file: {reason}", file=path) from None
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", file=path) from None
+    return data.removeprefix(codecs.BOM_UTF8), path
+
+
+def _decode(data: bytes, file: str) -> str:
+    """A file's bytes as UTF-8 text."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"cannot read file: {exc}", file=file) from None
 
 
 def _expand(paths: Sequence[str]) -> list[str]:
