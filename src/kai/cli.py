@@ -174,52 +174,55 @@ def simulate(
 
     # A large simulation shows its phases on a terminal's stderr; the display is gone
     # before anything is written to stdout.  Loading, scheduling and writing the result
-    # make many objects and no garbage cycles: the collector is paused throughout.
-    with gc_paused(), SimulateProgress(snapshot) as phases:
-        phases.phase("loading")
-        snap = Snapshot.from_files(list(snapshot))
-        phases.loaded(len(snap.objects.pods))
-        config = snap.config
-        if config_file:
-            from kai.snapshot.loader import load_config_file
+    # make many objects and no garbage cycles: the collector is paused throughout, and
+    # a process that ends right after writing never runs it (resumed, its first pass
+    # would walk every object the simulation made).
+    with gc_paused():
+        with SimulateProgress(snapshot) as phases:
+            phases.phase("loading")
+            snap = Snapshot.from_files(list(snapshot))
+            phases.loaded(len(snap.objects.pods))
+            config = snap.config
+            if config_file:
+                from kai.snapshot.loader import load_config_file
 
-            config = load_config_file(config_file)
-        now_value = None
-        if now is not None:
-            from kai.api.quantity import parse_time
+                config = load_config_file(config_file)
+            now_value = None
+            if now is not None:
+                from kai.api.quantity import parse_time
 
-            try:
-                now_value = parse_time(now)
-            except ValueError as err:
-                raise InputError(str(err), obj="--now") from None
-        phases.phase("scheduling")
-        result = run_session(
-            snap,
-            config=config,
-            actions=_split_actions(actions),
-            now=now_value,
-            backend=backend,
-            node_pool=node_pool,
-            queue_usage=load_usage_file(usage_file) if usage_file else None,
-        )
-        phases.phase("output")
+                try:
+                    now_value = parse_time(now)
+                except ValueError as err:
+                    raise InputError(str(err), obj="--now") from None
+            phases.phase("scheduling")
+            result = run_session(
+                snap,
+                config=config,
+                actions=_split_actions(actions),
+                now=now_value,
+                backend=backend,
+                node_pool=node_pool,
+                queue_usage=load_usage_file(usage_file) if usage_file else None,
+            )
+            phases.phase("output")
+            if output == "json":
+                from kai.output import dumps_json
+
+                text = dumps_json(result.to_json(explain=explain))
+            else:
+                from kai.output import render_table
+
+                text = render_table(result, explain=explain)
+        for message in result.warnings:
+            click.echo(f"kai: warning: {message}", err=True)
         if output == "json":
-            from kai.output import dumps_json
-
-            text = dumps_json(result.to_json(explain=explain))
+            sys.stdout.write(text)
+            sys.stdout.write("\n")
         else:
-            from kai.output import render_table
-
-            text = render_table(result, explain=explain)
-    for message in result.warnings:
-        click.echo(f"kai: warning: {message}", err=True)
-    if output == "json":
-        sys.stdout.write(text)
-        sys.stdout.write("\n")
-    else:
-        click.echo(text)
-    if _exit_when_done:
-        _exit_now()
+            click.echo(text)
+        if _exit_when_done:
+            _exit_now()
 
 
 @main.command()
