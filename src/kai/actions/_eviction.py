@@ -144,8 +144,11 @@ def run_eviction_action(
             if job is not preemptor and potential_victim(ssn, job) and accept(preemptor, job)
         ]
 
-    # The jobs with pending tasks, which order every simulation's re-allocation queue.
-    pending = _kept_pool(ssn, PENDING_POOL_KEY, PendingPool)
+    # The jobs with pending tasks, which order every simulation's re-allocation queue:
+    # made when the first simulation reads it (action_pool), as many executions try
+    # none (every job passed over, or refused before a simulation).
+    def pending_pool() -> PendingPool | None:
+        return _kept_pool(ssn, PENDING_POOL_KEY, PendingPool)
 
     def passed_over(job: Job) -> tuple[bool, str | None]:
         """Whether the loop passes ``job`` over without trying it, and the fit error it
@@ -251,7 +254,8 @@ def run_eviction_action(
                 result.statement.commit()
                 if pool is not None:
                     pool.update(touched)
-                if pending is not None:
+                pending = ssn.cache.get(POOL_KEY)
+                if isinstance(pending, PendingPool):
                     pending.update(touched)
                 continue
             if result.reason in STOP_REASONS:
@@ -266,16 +270,16 @@ def run_eviction_action(
                     failed.failed(job)
                     check_rest = True
 
-    ssn.cache[POOL_KEY] = pending
+    ssn.cache[POOL_KEY] = pending_pool
     try:
         solve_in_order()
     finally:
-        ssn.cache.pop(POOL_KEY, None)
+        pending = ssn.cache.pop(POOL_KEY, None)
     if pool is not None:
         # Up to date once its pending updates are read: the next eviction action takes
         # it over while nothing has changed a node since (see _kept_pool).
         ssn.cache[VICTIM_POOL_KEY] = (pool, ssn.nodes.version)
-    if pending is not None:
+    if isinstance(pending, PendingPool):
         ssn.cache[PENDING_POOL_KEY] = (pending, ssn.nodes.version)
 
 

@@ -212,9 +212,19 @@ class SimulationQueue(JobQueue):
         return self.remaining
 
 
+def action_pool(ssn: Session) -> PendingPool | None:
+    """The running eviction action's pool (None outside one, or when some job order has
+    no sort key).  The action leaves a function that makes it under ``POOL_KEY``: the
+    first simulation that reads the pool makes it."""
+    found = ssn.cache.get(POOL_KEY)
+    if callable(found):
+        found = ssn.cache[POOL_KEY] = found()
+    return found
+
+
 def simulation_queue(ssn: Session, participants: list[Job], replaces: set[Job]) -> JobQueue:
     """The re-allocation queue of one simulation (see the module docstring)."""
-    pool = ssn.cache.get(POOL_KEY)
+    pool = action_pool(ssn)
     if pool is None:
         pool = PendingPool.for_session(ssn)
     if pool is not None:
@@ -253,4 +263,11 @@ def partial_view(job: Job, pending: list[Task]) -> Job:
     return view
 
 
-__all__ = ["POOL_KEY", "PendingPool", "SimulationQueue", "partial_view", "simulation_queue"]
+__all__ = [
+    "POOL_KEY",
+    "PendingPool",
+    "SimulationQueue",
+    "action_pool",
+    "partial_view",
+    "simulation_queue",
+]

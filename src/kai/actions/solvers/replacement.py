@@ -37,7 +37,7 @@ from kai import _fast
 from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import GROUP_NODES_FROM, NodePicker
 from kai.actions.solvers.batches import VictimBatch
-from kai.actions.solvers.pending import POOL_KEY, PendingPool, partial_view
+from kai.actions.solvers.pending import PendingPool, action_pool, partial_view
 from kai.actions.solvers.scenario import (
     COUNT_SLACK,
     Scenario,
@@ -438,7 +438,7 @@ class ReplacementCheck:
         """
         if self._skipped():
             return _NOT_DECIDED
-        pool = self.ssn.cache.get(POOL_KEY)
+        pool = action_pool(self.ssn)
         if not isinstance(pool, PendingPool):
             return _NOT_DECIDED
         try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from kai.actions.common import allocate_job, allocate_task
 from kai.actions.fast_allocate import AlikePicks
-from kai.actions.solvers.pending import partial_view, simulation_queue
+from kai.actions.solvers.pending import action_pool, partial_view, simulation_queue
 from kai.actions.solvers.replacement import ReplacementCheck
 from kai.actions.solvers.scenario import COUNT_SLACK, Scenario
 from kai.api.model import Job, Task, TaskStatus
@@ -217,6 +217,9 @@ def simulate(
     judgement's."""
     if not scenario.recorded and not any(batch.tasks for batch in scenario.batches):
         return Simulation(False)  # no victims
+    # The action's pending pool is made by its first simulation: from the session as it
+    # stands, before this one's evictions.
+    action_pool(ssn)
     # Most simulations fail at the preemptor's turn: the compiled core tells them apart
     # without the statement, and gives the others' steps instead of the loop below
     # (kai.actions.solvers.replacement).
