@@ -680,6 +680,44 @@ def test_a_job_queue_pops_alike_jobs_as_pop_would() -> None:
     assert hits > 50
 
 
+def test_a_job_queue_built_at_once_pops_as_one_pushed_job_by_job() -> None:
+    """A queue made from a list sorts each leaf on the job order's keys; it pops the
+    jobs in the order that pushing them one by one gives, in victim mode too and with a
+    depth limit (which keeps a leaf's first jobs).  Two jobs of a leaf with equal keys
+    are pushed one by one."""
+    import random
+
+    from kai.actions.common import JobQueue
+    from kai.bench_clusters import random_cluster
+
+    def drain(queue: JobQueue) -> list[Job]:
+        out = []
+        while (job := queue.pop()) is not None:
+            out.append(job)
+        return out
+
+    rng = random.Random(5)
+    for seed in range(8):
+        snap = kai.Snapshot.from_objects(random_cluster(seed, nodes=6, jobs=50).dicts())
+        config = SchedulerConfig.default()
+        ssn = Session(snap.state(), config, now=NOW)
+        ssn.open(config.build_plugins())
+        jobs = list(ssn.jobs.values())
+        rng.shuffle(jobs)
+        if seed % 2:  # two jobs of one leaf that no key tells apart
+            twin = next(j for j in jobs[1:] if j.queue == jobs[0].queue)
+            twin.uid, twin.creation_timestamp = jobs[0].uid, jobs[0].creation_timestamp
+            twin.priority = jobs[0].priority
+        for victim_mode in (False, True):
+            for depth in (None, 3):
+                pushed = JobQueue(ssn, [], victim_mode=victim_mode, max_depth=depth)
+                for job in jobs:
+                    pushed.push(job)
+                made = JobQueue(ssn, jobs, victim_mode=victim_mode, max_depth=depth)
+                assert drain(made) == drain(pushed), (seed, victim_mode, depth)
+        ssn.close()
+
+
 def test_task_order_keys_sort_as_the_comparisons_do() -> None:
     """The session sorts a job's pods by the ordering plugins' keys, once per session; a
     view of the job takes its job's order.  Both match sorting by the chained task-order

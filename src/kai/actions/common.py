@@ -5,13 +5,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from operator import itemgetter
 
 import numpy as np
 
 from kai.actions.fast_allocate import AlikePicks, NodePicker
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
 from kai.api.resources import INSUFFICIENT_RESOURCES, describe_failures
-from kai.framework.session import Session, tasks_to_allocate
+from kai.framework.session import Session, chained_order_key, tasks_to_allocate
 from kai.framework.statement import Statement
 
 
@@ -160,8 +161,40 @@ class JobQueue:
         self.heaps: dict[str, list[_Entry]] = {}
         self.children: dict[str | None, list[str]] = {}
         self.popped: dict[str, list[Job]] = {}
+        jobs = list(jobs)
+        if len(jobs) < 2 or not self._push_sorted(jobs):
+            for job in jobs:
+                self.push(job)
+
+    def _push_sorted(self, jobs: list[Job]) -> bool:
+        """Push ``jobs`` as :meth:`push` would, by sorting each leaf's jobs on the job
+        order's keys: a sorted list is a heap, and with no two keys equal every heap of
+        the same jobs pops them in the same order.  False, with nothing pushed, when
+        some job-order function has no key or two jobs of a leaf have equal keys."""
+        keys = self.ssn.order_keys("job_order")
+        if keys is None:
+            return False
+        key_of = chained_order_key(keys)
+        leaves: dict[str, list[tuple[tuple, Job]]] = {}
+        depth = self.max_depth
         for job in jobs:
-            self.push(job)
+            leaf = job.queue or ""
+            entries = leaves.get(leaf)
+            if entries is None:
+                entries = leaves[leaf] = []
+            if depth is None or len(entries) < depth:  # push keeps the first ones
+                entries.append((key_of(job), job))
+        reverse = self.victim_mode
+        for entries in leaves.values():
+            entries.sort(key=itemgetter(0), reverse=reverse)
+            for (key, _), (following, _) in zip(entries, entries[1:]):
+                if key == following:
+                    return False
+        ssn = self.ssn
+        for leaf, entries in leaves.items():
+            self.heaps[leaf] = [_Entry(ssn, job, reverse) for _, job in entries]
+            self._link(leaf)
+        return True
 
     def _link(self, leaf: str) -> None:
         link_leaf(self.children, self.ssn.queue_path(leaf))
