@@ -756,8 +756,8 @@ class ProportionPlugin(Plugin):
         if lover != rover:
             return 1 if lover else -1
         # 2. starved queues (within deserved even with the job) first
-        lwith = [a + r for a, r in zip(lalloc, self._job_request_values(left_job))]
-        rwith = [a + r for a, r in zip(ralloc, self._job_request_values(right_job))]
+        lwith = [a + r for a, r in zip(lalloc, self.job_request_values(left_job))]
+        rwith = [a + r for a, r in zip(ralloc, self.job_request_values(right_job))]
         lstarved = within_bound(ldeserved, lwith)
         rstarved = within_bound(rdeserved, rwith)
         if lstarved != rstarved:
@@ -801,7 +801,7 @@ class ProportionPlugin(Plugin):
         """What the queue order reads of a job: the summed request of its next pods."""
         return self._job_request_entry(job)[0]
 
-    def _job_request_values(self, job: Job | None) -> list[float]:
+    def job_request_values(self, job: Job | None) -> list[float]:
         """:meth:`job_request` as Python floats."""
         return self._job_request_entry(job)[1]
 
