@@ -167,6 +167,17 @@ def _perturb(
             group["spec"]["stalenessGracePeriod"] = "5m"
         elif roll < 0.25:
             group["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "owner"}]
+        elif roll < 0.35:
+            # Timestamps beside the API server's plain UTC form.
+            group["metadata"]["creationTimestamp"] = rng.choice(
+                (
+                    "2026-01-01T13:00:00+01:00",
+                    "2026-01-01T11:59:59.25Z",
+                    "2026-01-01t12:00:00z",
+                    " 2026-01-01T12:00:00Z",
+                    "2026-01-01 12:00:00Z",
+                )
+            )
     docs.append(
         {
             "apiVersion": "batch/v1",
@@ -259,6 +270,8 @@ def test_loading_identical(seed: int) -> None:
     text = json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
     compiled, reference = _both(load_text, text, "cluster.json")
     assert compiled == reference
+    # Equal aware datetimes may differ in zone: every parsed time is in UTC alike.
+    assert repr(compiled) == repr(reference)
     assert len(compiled.pods) == sum(1 for d in docs if d["kind"] == "Pod")
 
 
@@ -272,6 +285,7 @@ def test_objects_from_the_api_identical(seed: int, monkeypatch) -> None:
     for doc in _docs(seed):
         compiled, reference = _both(loader.convert_object, doc, "Pod from the API")
         assert compiled == reference
+        assert repr(compiled) == repr(reference)
 
 
 @needs_compiled
@@ -324,6 +338,9 @@ BAD_PODS = [
     ("spec", "tolerations", [{"key": "k", "operator": ["Exists"]}]),
     ("spec", "tolerations", {"key": "k"}),
     ("status", "conditions", [{"type": "Ready", "lastTransitionTime": "never"}]),
+    ("status", "startTime", "2026-13-01T00:00:00Z"),
+    ("status", "startTime", "2026-02-30T00:00:00Z"),
+    ("metadata", "creationTimestamp", "2026-01-01T24:00:00Z"),
     ("status", "conditions", ["Ready"]),
     ("metadata", "ownerReferences", [{"kind": "Job"}]),
     ("metadata", "ownerReferences", [{"kind": "Job", "name": "j", "controller": "maybe"}]),

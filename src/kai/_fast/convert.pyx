@@ -11,6 +11,8 @@ error, goes to the Python loader, which converts it or raises the error naming t
 file, document, object and field: results and messages are the Python loader's.
 """
 
+from datetime import datetime
+
 from kai.api.objects import (
     EMPTY_MAP,
     NodeObject,
@@ -60,6 +62,16 @@ cdef bint NODE_DIRECT = layout(NodeObject, NODE_FIELDS, NODE_OFF)
 cdef tuple KAI_GROUPS = tuple(f"{g}/" for g in API_GROUPS_KAI)
 cdef object NO = object()  # "not the usual shape": the Python loader takes the object
 cdef tuple EMPTY = ()
+cdef object fromisoformat = datetime.fromisoformat
+
+
+cdef inline bint plain_utc(str value):
+    """``kai.api.quantity._is_plain_utc``: the shape (``2024-05-01T12:00:00Z``) that
+    parse_time reads with ``datetime.fromisoformat`` before anything else."""
+    return (
+        len(value) == 20 and value[19] == u"Z" and value[10] == u"T" and value[4] == u"-"
+        and value[7] == u"-" and value[13] == u":" and value[16] == u":"
+    )
 
 
 cdef class _Cache:
@@ -86,10 +98,19 @@ cdef class _Cache:
         if found is None:
             if value == "":
                 return None
-            try:
-                found = parse_time(value)
-            except ValueError:
-                return NO
+            found = None
+            if plain_utc(value):
+                # parse_time's first step, without its call: the rest of it (below)
+                # takes what this refuses, with its own results and errors.
+                try:
+                    found = fromisoformat(value)
+                except ValueError:
+                    pass
+            if found is None:
+                try:
+                    found = parse_time(value)
+                except ValueError:
+                    return NO
             self.times[value] = found
         return found
 
@@ -378,9 +399,12 @@ cdef object pod_group(_Cache cache, dict obj, dict meta, str name, str namespace
     queue = opt_str((<dict>spec).get("queue"))
     priority_class = opt_str((<dict>spec).get("priorityClassName"))
     preemptibility = opt_str((<dict>spec).get("preemptibility"))
-    last_start = cache.time(annotations.get(ANNOTATION_LAST_START))
-    stale = cache.time(annotations.get(ANNOTATION_STALE))
-    last_eviction = cache.time(annotations.get(ANNOTATION_LAST_EVICTION))
+    if annotations is EMPTY_MAP:
+        last_start = stale = last_eviction = None
+    else:
+        last_start = cache.time((<dict>annotations).get(ANNOTATION_LAST_START))
+        stale = cache.time((<dict>annotations).get(ANNOTATION_STALE))
+        last_eviction = cache.time((<dict>annotations).get(ANNOTATION_LAST_EVICTION))
     if (
         uid is NO or labels is NO or created is NO or queue is NO or priority_class is NO
         or preemptibility is NO or last_start is NO or stale is NO or last_eviction is NO
@@ -461,13 +485,14 @@ cdef bint add_node(object builder, _Cache cache, dict obj, object file, object i
         return False
     key = ("Node", None, name)
     cdef dict seen = builder._seen
-    if key in seen:
+    where = (file, index)
+    if seen.setdefault(key, where) is not where:
         return False  # the loader reports the duplicate
     made = node(cache, obj, <dict>meta, name, cache.source_of(file, index))
     if made is NO:
+        del seen[key]  # the loader takes the node
         return False
-    builder.out.nodes.append(made)
-    seen[key] = (file, index)
+    (<list>builder.out.nodes).append(made)
     return True
 
 
@@ -496,24 +521,28 @@ cdef bint add_one(object builder, _Cache cache, object obj, object file, object 
     name, namespace = <tuple>names
     key = (kind, namespace, name)
     cdef dict seen = builder._seen
-    if key in seen:
+    where = (file, index)
+    if seen.setdefault(key, where) is not where:
         return False  # the loader reports the duplicate
     source = cache.source_of(file, index)
     out = builder.out
     if kind == "Pod":
         made = pod(cache, <dict>obj, <dict>meta, name, namespace, source)
         if made is NO:
+            del seen[key]  # the loader takes the pod
             return False
         requests = made.requests
         # Pods of one workload share one requests map (objects are read-only).
-        made.requests = builder._requests.setdefault(tuple(requests.items()), requests)
-        out.pods.append(made)
+        shared = (<dict>builder._requests).setdefault(tuple(requests.items()), requests)
+        if shared is not requests:
+            made.requests = shared
+        (<list>out.pods).append(made)
     else:
         made = pod_group(cache, <dict>obj, <dict>meta, name, namespace, source)
         if made is NO:
+            del seen[key]  # the loader takes the pod group
             return False
-        out.pod_groups.append(made)
-    seen[key] = (file, index)
+        (<list>out.pod_groups).append(made)
     return True
 
 
