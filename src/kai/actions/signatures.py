@@ -137,7 +137,7 @@ def _footprint_rows(job: Job) -> list[tuple[float, ...]]:
     return rows
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class Representative:
     """A failed job and its pending footprint when it failed."""
 
@@ -184,7 +184,7 @@ def no_larger_than(footprint: np.ndarray, rep: np.ndarray) -> bool:
     return bool((footprint <= rep[:n]).all())
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class _Known:
     """A job's signature and (once made) its pending footprint, while its pods'
     statuses are ``statuses``."""

@@ -284,7 +284,7 @@ def _core_key(task: Task) -> tuple:
     return (placed_now, *_task_age_key(task))
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class QueueInfo:
     """A queue of the tree, with its spec turned into per-resource arrays.
 
@@ -892,7 +892,7 @@ class NodeTable:
         return out
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class ClusterState:
     """Mutable scheduling state of one session."""
 

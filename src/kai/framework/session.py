@@ -192,7 +192,7 @@ class PredicateError(Exception):
     """Raised (or returned as a string) by scalar predicates to reject a node."""
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class FilterResult:
     """The nodes that pass the predicates for a task, and why the others failed."""
 

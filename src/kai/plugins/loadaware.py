@@ -83,7 +83,7 @@ def _counted_node(task: Task) -> int:
     return -1
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class _PodEntry:
     """A pod's node and the usage vectors load-aware scoring charges for it."""
 
@@ -111,7 +111,7 @@ def _agg_index(metric: NodeMetricObject, resources: tuple[str, ...]) -> dict:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compared by identity
 class LoadAwareKernel:
     """The plugin's kernel form: what the fused allocate loop needs to filter and score
     the pending ``tasks`` itself and to follow the node cache as it places them.

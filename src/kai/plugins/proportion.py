@@ -114,7 +114,7 @@ def within_bound(bound: list[float], values: list[float]) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compared by identity
 class QueueKernel:
     """The queue tree as the compiled allocate loop orders and charges it (proportion's
     kernel form): per queue, in session order, its root-to-leaf path, [cpu, memory,
@@ -142,7 +142,7 @@ _ORDER_VIEW = "_order_view"
 _DERIVED = (_ALLOCATABLE, _ORDER_VIEW)
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class QueueShare:
     """Per-queue accounting, arrays indexed [cpu, memory, gpu]."""
 

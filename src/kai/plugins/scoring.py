@@ -27,7 +27,7 @@ NOMINATED_NODE = 10_000_000.0
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: compared by identity
 class PlacementKernel:
     """Node placement for the compiled allocate loop: the strategy per kind of task and
     the GPU count spreading divides by."""

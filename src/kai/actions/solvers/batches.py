@@ -53,7 +53,7 @@ def gpu_freed(ssn: Session, task: Task) -> float:
     return float(task.request[GPU])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # arrays: compared by identity
 class PreparedBatch:
     """What :meth:`AccumulatedState.add` computes per task of a batch, computed once."""
 

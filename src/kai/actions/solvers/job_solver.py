@@ -484,7 +484,7 @@ class _PlacementBound:
         return slots
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class NodePods:
     """Where some jobs' pods are: per node, the GPUs evicting all of them would free
     (``freed``) and whether one is there (``held``); per node, the other nodes of the
@@ -649,7 +649,7 @@ def _whole_gpu_requests(tasks: list[Task]) -> list[float]:
     return [float(t.request[GPU]) for t in tasks if not t.is_shared_gpu and t.request[GPU] > 0]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # arrays: compared by identity
 class SlotBound:
     """Whether whole-GPU pods asking for the sizes of ``needs`` could still fit the
     slots of a probe's nodes once a scenario's batches are evicted too.

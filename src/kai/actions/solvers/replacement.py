@@ -86,7 +86,7 @@ CREDIT_MAX = 32
 PROBE_EVERY = 256
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class ReplacementArrays:
     """The arrays of kai/simulation.hpp's ``Replacement``, by the same names."""
 
@@ -145,7 +145,7 @@ class ReplacementArrays:
     order: list[int] = field(default_factory=list)  # [M]: each participant's index in parts
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # arrays: compared by identity
 class Verdict:
     """The compiled re-placement's verdict on a simulation: whether it passes
     (:meth:`ReplacementCheck.verdict`; None: not decided), and for one that
@@ -201,7 +201,7 @@ class _Unsupported(Exception):
     """A participant the compiled re-placement does not take."""
 
 
-@dataclass
+@dataclass(eq=False)  # arrays: compared by identity
 class _Base:
     """The pool's stand-ins as arrays, and the queue tree they link, for one version
     of the pool."""
@@ -224,7 +224,7 @@ _NO_PODS_I = np.zeros((POD_INTS, 0), dtype=np.int64)
 _NO_PODS_B = np.zeros(0, dtype=np.bool_)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # arrays: compared by identity
 class _Participant:
     """A participant of a simulation as its evictions leave it: its leaf queue, its
     job-order key, what the queue order reads of it, and its pods to place."""
@@ -260,7 +260,7 @@ class _Rank:
         self.value = value
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # arrays: compared by identity
 class _Slot:
     """One job's victims in the scenarios of a probe (its recorded victims, or one victim
     batch), laid out once: the job as a participant with them evicted, and the victims'
