@@ -4,14 +4,20 @@
 ``job_columns`` and ``task_columns`` read every job and pending task of a session into
 the loop's columns; ``place_decisions`` puts the placed tasks on their nodes and makes
 their decisions. They are ``kai.actions.fast_allocate``'s functions of the same names,
-which stay the reference: both give the same columns and the same state.
+which stay the reference: both give the same columns and the same state. Integer
+columns come as ``array('q')`` rather than lists: the same values, which numpy takes
+as one block.
 """
+
+from cpython cimport array
 
 from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.framework.session import Decision, default_order_key
 
 from kai._fast.slots cimport layout, make
+
+cdef array.array INT64 = array.array("q")
 
 cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
@@ -26,28 +32,30 @@ cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
 
 def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint fractions):
     """``kai.actions.fast_allocate.job_columns``, compiled."""
+    cdef Py_ssize_t n = len(jobs)
     cdef list tasks = []
-    cdef list job_start = [0]
+    cdef array.array job_start = array.clone(INT64, n + 1, zero=False)
     cdef list counted = []
-    cdef list job_leaf = []
-    cdef list job_min = []
-    cdef list job_np_mode = []
-    cdef list job_priority = []
+    cdef array.array job_leaf = array.clone(INT64, n, zero=False)
+    cdef array.array job_min = array.clone(INT64, n, zero=False)
+    cdef array.array job_np_mode = array.clone(INT64, n, zero=False)
+    cdef array.array job_priority = array.clone(INT64, n, zero=False)
     cdef list default_keys = []
     cdef frozenset active_allocated = ACTIVE_ALLOCATED
     cdef frozenset allocated = ALLOCATED
     cdef list job_tasks, pending
     cdef Py_ssize_t j = 0
     cdef Py_ssize_t active, nonpipe, pipelined, allocset
+    job_start.data.as_longlongs[0] = 0
     for job in jobs:
         queue = job.queue
-        job_leaf.append(-1 if queue is None else qidx.get(queue, -1))
-        job_min.append(job.min_member)
+        job_leaf.data.as_longlongs[j] = -1 if queue is None else qidx.get(queue, -1)
+        job_min.data.as_longlongs[j] = job.min_member
         if job.preemptibility == SEMI_PREEMPTIBLE:
-            job_np_mode.append(2)
+            job_np_mode.data.as_longlongs[j] = 2
         else:
-            job_np_mode.append(0 if job.preemptible else 1)
-        job_priority.append(-job.priority)
+            job_np_mode.data.as_longlongs[j] = 0 if job.preemptible else 1
+        job_priority.data.as_longlongs[j] = -job.priority
         ts = job.creation_timestamp
         default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
         job_tasks = job.tasks
@@ -56,7 +64,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
             if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
                 return None
             tasks.append(t)
-            job_start.append(len(tasks))
+            job_start.data.as_longlongs[j + 1] = len(tasks)
             j += 1
             continue
         pending = []
@@ -84,7 +92,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
                 for key_fn in reversed(task_keys):
                     pending.sort(key=key_fn)
         tasks.extend(pending)
-        job_start.append(len(tasks))
+        job_start.data.as_longlongs[j + 1] = len(tasks)
         if active or allocset:
             counted.append((j, active, nonpipe, pipelined, allocset))
         j += 1
@@ -93,13 +101,15 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
 
 def task_columns(list tasks, dict node_index):
     """``kai.actions.fast_allocate.task_columns``, compiled."""
+    cdef Py_ssize_t n = len(tasks)
     cdef dict by_id = {}
     cdef list sources = []
-    cdef list rows = []
+    cdef array.array rows = array.clone(INT64, n, zero=False)
     cdef dict sig_index = {}
     cdef list sig_tasks = []
-    cdef list sigs = []
+    cdef array.array sigs = array.clone(INT64, n, zero=False)
     cdef list nominated_at = []
+    cdef list portions = []
     cdef Py_ssize_t i = 0, row = -1, s, unconstrained = -1
     last_request = None
     for t in tasks:
@@ -111,7 +121,7 @@ def task_columns(list tasks, dict node_index):
                 by_id[id(request)] = row
                 sources.append(request)
             last_request = request
-        rows.append(row)
+        rows.data.as_longlongs[i] = row
         pod = t.pod
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
             key = (
@@ -130,12 +140,15 @@ def task_columns(list tasks, dict node_index):
             s = unconstrained = len(sig_tasks)
             sig_index[None] = s
             sig_tasks.append(t)
-        sigs.append(s)
+        sigs.data.as_longlongs[i] = s
         nominated = pod.nominated_node_name
         if nominated:
             nominated_at.append((i, node_index.get(nominated, -1)))
+        fraction = t.gpu_fraction
+        if fraction > 0:
+            portions.append((i, fraction))
         i += 1
-    return sources, rows, sig_tasks, sigs, nominated_at
+    return sources, rows, sig_tasks, sigs, nominated_at, portions
 
 
 def place_decisions(

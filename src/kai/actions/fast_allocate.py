@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,20 +68,29 @@ _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_ord
 
 #: job_columns: tasks, job_start, counted (job, active, non-pipelined, pipelined,
 #: allocated-set counts of the jobs with any), leaf queue, minMember, non-preemptible
-#: mode, negated priority, default order key.
+#: mode, negated priority, default order key.  (The integer columns are lists here,
+#: ``array('q')`` from the compiled module.)
 JobColumns = tuple[
     list[Task],
-    list[int],
+    Sequence[int],
     list[tuple[int, int, int, int, int]],
-    list[int],
-    list[int],
-    list[int],
-    list[int],
+    Sequence[int],
+    Sequence[int],
+    Sequence[int],
+    Sequence[int],
     list[tuple],
 ]
 #: task_columns: distinct request vectors, each task's row among them, one task per
-#: constraint set, each task's constraint set, (task, node) of the nominated tasks.
-TaskColumns = tuple[list[np.ndarray], list[int], list[Task], list[int], list[tuple[int, int]]]
+#: constraint set, each task's constraint set, (task, node) of the nominated tasks,
+#: (task, GPU fraction) of the tasks asking for a fraction.
+TaskColumns = tuple[
+    list[np.ndarray],
+    Sequence[int],
+    list[Task],
+    Sequence[int],
+    list[tuple[int, int]],
+    list[tuple[int, float]],
+]
 
 KIND_OK, KIND_NO_TASKS, KIND_OVER_LIMIT, KIND_OVER_QUOTA, KIND_NO_NODE = 0, 1, 2, 3, 4
 
@@ -491,13 +500,12 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     task_cols: TaskColumns = (task_columns if compiled is None else compiled.task_columns)(
         tasks, nodes.index
     )
-    sources, rows, sig_tasks, sigs, nominated_at = task_cols
+    sources, rows, sig_tasks, sigs, nominated_at, portions = task_cols
     if tasks:
         task_req = np.array(sources, dtype=np.float64)[np.array(rows, dtype=np.int64)]
     else:
         task_req = np.zeros((0, n_res))
     task_qvec = np.ascontiguousarray(task_req[:, [CPU, MEMORY, GPU]])
-    portions = [(i, t.gpu_fraction) for i, t in enumerate(tasks) if t.gpu_fraction > 0]
     if portions:
         # A fractional task charges its fraction to its queue (proportion.queue_vector).
         rows_at = np.array([i for i, _ in portions], dtype=np.int64)
@@ -714,6 +722,7 @@ def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
     sig_tasks: list[Task] = []
     sigs: list[int] = []
     nominated_at: list[tuple[int, int]] = []
+    portions: list[tuple[int, float]] = []
     add_row, add_sig = rows.append, sigs.append
     last_request, row = None, -1  # neighbouring tasks mostly share their vector
     unconstrained = -1  # the constraint set of pods with none, once seen
@@ -742,7 +751,9 @@ def task_columns(tasks: list[Task], node_index: dict[str, int]) -> TaskColumns:
         nominated = pod.nominated_node_name
         if nominated:
             nominated_at.append((i, node_index.get(nominated, -1)))
-    return sources, rows, sig_tasks, sigs, nominated_at
+        if t.gpu_fraction > 0:
+            portions.append((i, t.gpu_fraction))
+    return sources, rows, sig_tasks, sigs, nominated_at, portions
 
 
 def _shared_gpu_inputs(
