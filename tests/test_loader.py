@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import copy
 import json
 import pickle
@@ -1103,6 +1104,38 @@ def test_json_input(tmp_path):
     assert [p.key for p in c.pods] == ["ns/p1"]
     assert c.queues[0].resources == {"gpu": QueueResource(1.0, 0.0, 0.0)}
     assert c.pods[0].source == Source(str(path), 0)
+
+
+def test_file_bytes_read_as_utf8_with_or_without_a_byte_order_mark(tmp_path):
+    """A JSON file is parsed from its bytes, a YAML one from its text: a UTF-8 byte
+    order mark is dropped from either, a file that is not UTF-8 is reported, and a
+    JSON-looking file that is not JSON goes to the YAML reader and its messages."""
+    doc = {"apiVersion": "v1", "kind": "List", "items": [pod_doc("pé", "ns")]}
+    text = json.dumps(doc, ensure_ascii=False)
+    loaded = []
+    for name, data in (
+        ("plain.json", text.encode()),
+        ("marked.json", codecs.BOM_UTF8 + b" \n\t" + text.encode()),
+        ("marked.yaml", codecs.BOM_UTF8 + yaml.safe_dump(doc, allow_unicode=True).encode()),
+    ):
+        path = tmp_path / name
+        path.write_bytes(data)
+        loaded.append([(p.key, p.requests) for p in load_files([str(path)]).pods])
+    assert loaded[0] == loaded[1] == loaded[2] == [("ns/pé", loaded[0][0][1])]
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(text.encode("latin-1"))
+    with pytest.raises(InputError) as err:
+        load_files([str(latin)])
+    assert err.value.file == str(latin) and "cannot read file" in err.value.message
+    assert "utf-8" in err.value.message
+    flow = tmp_path / "flow.json"
+    flow.write_bytes(b"{apiVersion: v1, kind: List, items: []}")  # YAML, not JSON
+    assert load_files([str(flow)]).pods == []
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(text.encode()[:-5])
+    with pytest.raises(InputError) as err:
+        load_files([str(cut)])
+    assert err.value.file == str(cut) and "YAML does not parse" in err.value.message
 
 
 def test_json_error_is_reported_with_position():
