@@ -39,6 +39,12 @@ def _le(value: np.ndarray, bound: np.ndarray) -> bool:
     return within_bound(bound.tolist(), value.tolist())
 
 
+def _le_with(held: np.ndarray, request: list[float], bound: np.ndarray) -> bool:
+    """:func:`_le` of ``held + request``, added in Python floats (the same additions as
+    on the arrays, without numpy's cost per call on three values)."""
+    return within_bound(bound.tolist(), [h + r for h, r in zip(held.tolist(), request)])
+
+
 def _le_rows(values: np.ndarray, bound: np.ndarray) -> np.ndarray:
     """:func:`_le` of each row of ``values``."""
     return np.all((bound == UNLIMITED) | (values <= bound + EPS), axis=1)
@@ -143,16 +149,13 @@ class ReclaimRules:
         share = self.plugin.shares.get(job.queue or "")
         if share is None:
             return False
-        # In Python floats: the same additions as on the arrays, without numpy's cost
-        # per call on three values (asked of every pending job each reclaim).
+        # Asked of every pending job each reclaim: the request as Python floats.
         request = self.plugin.job_request_values(job)
-        allocated = [a + r for a, r in zip(share.allocated.tolist(), request)]
-        if not within_bound(share.fair_share.tolist(), allocated):
+        if not _le_with(share.allocated, request, share.fair_share):
             return False
         if job.preemptible:
             return True
-        held = [a + r for a, r in zip(share.allocated_non_preemptible.tolist(), request)]
-        return within_bound(share.deserved.tolist(), held)
+        return _le_with(share.allocated_non_preemptible, request, share.deserved)
 
     def filter_victim(self, reclaimer: Job, victim: Job) -> bool:
         """Whether ``victim`` may be reclaimed from: :meth:`filter_victim_queue` of its
