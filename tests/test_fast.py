@@ -11,6 +11,7 @@ whole result must be equal. Input errors must read the same.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -313,6 +314,56 @@ def test_session_result_identical(seed: int) -> None:
     compiled, reference = _both(result, docs)
     assert compiled == reference
     assert any(d["type"] == "bind" for d in compiled[0]["decisions"])
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS)
+def test_result_document_identical(seed: int) -> None:
+    """The compiled JSON document of a result is the reference's, key order included,
+    with and without explanations, and for results made of other classes."""
+    from kai.engine import PodGroupResult, PodResult
+    from kai.framework.session import Decision
+
+    res = run_session(Snapshot.from_objects(_docs(seed)), actions=FULL, now=NOW)
+    assert any(d.type == "bind" for d in res.decisions)
+    for i, group in enumerate(res.pod_groups.values()):
+        if i % 3 == 0:
+            group.warnings = [f"warning {i}"]
+
+    class OtherPod(PodResult):
+        pass
+
+    class OtherGroup(PodGroupResult):
+        pass
+
+    class OtherDecision(Decision):
+        pass
+
+    def subclassed(value: Any, cls: type) -> Any:
+        other = cls.__new__(cls)
+        for f in dataclasses.fields(value):
+            setattr(other, f.name, getattr(value, f.name))
+        return other
+
+    def every_other(items: Any, cls: type) -> Any:
+        return [(k, subclassed(v, cls) if i % 2 else v) for i, (k, v) in enumerate(items)]
+
+    # Every other object of the result through its attributes, not its slots.
+    mixed = dataclasses.replace(
+        res,
+        decisions=[d for _, d in every_other(enumerate(res.decisions), OtherDecision)],
+        pods=dict(every_other(res.pods.items(), OtherPod)),
+        pod_groups=dict(every_other(res.pod_groups.items(), OtherGroup)),
+    )
+
+    def document(result: Any, explain: bool) -> Any:
+        return result.to_json(explain=explain)
+
+    for result in (res, mixed):
+        for explain in (False, True):
+            compiled, reference = _both(document, result, explain)
+            assert json.dumps(compiled) == json.dumps(reference)
+            assert dumps_json(compiled) == json.dumps(reference, indent=2)
 
 
 @needs_compiled

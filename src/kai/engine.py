@@ -163,6 +163,9 @@ class SessionResult:
         Maps the result shares between pod groups or decisions (equal annotations,
         equal statuses) are one dict in the document too: copy one before changing it.
         """
+        compiled = _fast.module("collect")
+        if compiled is not None:
+            return compiled.result_document(self, explain)
         copies: dict[int, dict[str, Any]] = {}
         groups = {}
         for key, g in self.pod_groups.items():

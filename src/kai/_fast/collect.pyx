@@ -1,9 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled per-decision, per-pod and per-group loops of ``kai.engine.collect_result``.
+"""Compiled per-decision, per-pod and per-group loops of ``kai.engine.collect_result``,
+and of the result's JSON document (``kai.engine.SessionResult.to_json``).
 
 A group of one pod that is not semi-preemptible (most groups of a large cluster) is
 reported here, its result written slot by slot; every other group goes through
-``kai.engine._job_result``. The results are the same as ``kai.engine._collect``'s.
+``kai.engine._job_result``. The results are the same as ``kai.engine._collect``'s, and
+the document is the same as ``SessionResult.to_json``'s.
 """
 
 from kai.api.model import ACTIVE_ALLOCATED, TaskStatus
@@ -17,8 +19,9 @@ from kai.engine import (
     PodResult,
     _job_result,
 )
+from kai.framework.session import Decision
 
-from kai._fast.slots cimport layout, new_object, put
+from kai._fast.slots cimport get, layout, new_object, put
 
 cdef tuple POD_FIELDS = ("status", "node")
 cdef tuple GROUP_FIELDS = (
@@ -29,6 +32,11 @@ cdef Py_ssize_t POD_OFF[2]
 cdef Py_ssize_t GROUP_OFF[13]
 cdef bint POD_DIRECT = layout(PodResult, POD_FIELDS, POD_OFF)
 cdef bint GROUP_DIRECT = layout(PodGroupResult, GROUP_FIELDS, GROUP_OFF)
+cdef tuple DECISION_FIELDS = (
+    "action", "type", "task", "node", "gpu_groups", "reason", "pod", "pod_group_annotations",
+)
+cdef Py_ssize_t DECISION_OFF[8]
+cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
 
 cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
@@ -190,6 +198,93 @@ cdef bint _plain(object value) except -1:
 def json_plain(value):
     """``kai.output._json_plain``, compiled."""
     return _plain(value)
+
+
+cdef class _Copies:
+    """``kai.framework.session.plain_copy``'s ``copies``: one dict copy per read-only
+    mapping, the last one at hand (consecutive groups mostly share theirs)."""
+
+    cdef dict by_id
+    cdef object last
+    cdef dict last_copy
+
+    def __cinit__(self):
+        self.by_id = {}
+
+    cdef dict of(self, object mapping):
+        if mapping is self.last:
+            return self.last_copy
+        key = id(mapping)
+        found = self.by_id.get(key)
+        if found is None:
+            found = self.by_id[key] = dict(mapping)
+        self.last = mapping
+        self.last_copy = found
+        return found
+
+
+cdef inline object _field(object obj, bint direct, Py_ssize_t offset, str name):
+    return get(obj, offset) if direct else getattr(obj, name)
+
+
+def result_document(result, bint explain):
+    """``kai.engine.SessionResult.to_json``, compiled."""
+    cdef _Copies copies = _Copies()
+    cdef dict groups = {}, pods = {}, queues = {}, entry
+    cdef list decisions = []
+    cdef bint direct
+    for key, g in (<dict?>result.pod_groups).items():
+        direct = GROUP_DIRECT and type(g) is PodGroupResult
+        entry = {
+            "queue": _field(g, direct, GROUP_OFF[1], "queue"),
+            "preemptible": _field(g, direct, GROUP_OFF[2], "preemptible"),
+            "preemptibility": _field(g, direct, GROUP_OFF[3], "preemptibility"),
+            "scheduled": _field(g, direct, GROUP_OFF[4], "scheduled"),
+            "reason": _field(g, direct, GROUP_OFF[5], "reason"),
+        }
+        value = _field(g, direct, GROUP_OFF[8], "annotations")
+        if value:
+            entry["annotations"] = copies.of(value)
+        value = _field(g, direct, GROUP_OFF[9], "status")
+        if value:
+            entry["status"] = copies.of(value)
+        value = _field(g, direct, GROUP_OFF[7], "warnings")
+        if value:
+            entry["warnings"] = value
+        if explain:
+            entry["explain"] = _field(g, direct, GROUP_OFF[6], "explain")
+        groups[key] = entry
+    for d in <list?>result.decisions:
+        direct = DECISION_DIRECT and type(d) is Decision
+        kind = _field(d, direct, DECISION_OFF[1], "type")
+        entry = {
+            "action": _field(d, direct, DECISION_OFF[0], "action"),
+            "type": kind,
+            "pod": _field(d, direct, DECISION_OFF[6], "pod"),
+            "node": _field(d, direct, DECISION_OFF[3], "node"),
+        }
+        if kind != "evict":
+            entry["gpuGroups"] = _field(d, direct, DECISION_OFF[4], "gpu_groups")
+        value = _field(d, direct, DECISION_OFF[5], "reason")
+        if value is not None:
+            entry["reason"] = value
+        value = _field(d, direct, DECISION_OFF[7], "pod_group_annotations")
+        if value:
+            entry["podGroupAnnotations"] = copies.of(value)
+        decisions.append(entry)
+    for key, p in (<dict?>result.pods).items():
+        direct = POD_DIRECT and type(p) is PodResult
+        pods[key] = {
+            "status": _field(p, direct, POD_OFF[0], "status"),
+            "node": _field(p, direct, POD_OFF[1], "node"),
+        }
+    for name, q in (<dict?>result.queues).items():
+        queues[name] = {
+            "fairShare": q.fair_share,
+            "allocated": q.allocated,
+            "requested": q.requested,
+        }
+    return {"decisions": decisions, "pods": pods, "podGroups": groups, "queues": queues}
 
 
 def direct():
