@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -230,6 +231,20 @@ def test_a_simulation_in_a_process_of_its_own_prints_its_whole_result(tmp_path, 
     in_process = CliRunner().invoke(main, args)
     assert in_process.exit_code == 0
     assert proc.stdout.decode() == in_process.output
+
+
+def test_json_written_to_a_text_stream_without_bytes_beneath(monkeypatch):
+    # kai simulate embedded where stdout is a text object only (no .buffer to write
+    # bytes to) prints the same JSON.
+    args = ["simulate", str(EXAMPLE), "--now", "2026-01-01T00:00:00Z"]
+    text = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", text)
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    monkeypatch.undo()
+    assert exited.value.code == 0
+    assert text.getvalue() == CliRunner().invoke(main, args).output
+    assert json.loads(text.getvalue())["decisions"]
 
 
 def test_a_reader_that_closed_first_ends_the_command_quietly_with_141():

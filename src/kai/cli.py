@@ -51,6 +51,20 @@ def _exit_now() -> None:
     os._exit(0)
 
 
+def _write_stdout(data: bytes) -> None:
+    """Write ASCII bytes to stdout, past its text layer where it has one (a large
+    result is not decoded only to be encoded again)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(data.decode("ascii"))
+        return
+    sys.stdout.flush()
+    # Unbuffered (python -u), stdout's buffer is the raw file, which may write a part.
+    view = memoryview(data)
+    while view:
+        view = view[buffer.write(view) or 0 :]
+
+
 class _Group(click.Group):
     """Maps user errors to exit code 2 and anything unexpected to 1, without tracebacks.
 
@@ -207,9 +221,9 @@ def simulate(
             )
             phases.phase("output")
             if output == "json":
-                from kai.output import dumps_json
+                from kai.output import json_bytes
 
-                text = dumps_json(result.to_json(explain=explain))
+                data = json_bytes(result.to_json(explain=explain)) + b"\n"
             else:
                 from kai.output import render_table
 
@@ -217,8 +231,7 @@ def simulate(
         for message in result.warnings:
             click.echo(f"kai: warning: {message}", err=True)
         if output == "json":
-            sys.stdout.write(text)
-            sys.stdout.write("\n")
+            _write_stdout(data)
         else:
             click.echo(text)
         if _exit_when_done:

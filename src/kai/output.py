@@ -27,7 +27,12 @@ GIB = float(2**30)
 
 # ------------------------------------------------------------------ JSON
 def dumps_json(document: Any) -> str:
-    """``json.dumps(document, indent=2)``: the JSON ``kai simulate`` prints.
+    """``json.dumps(document, indent=2)``: the JSON ``kai simulate`` prints."""
+    return json_bytes(document).decode("ascii")
+
+
+def json_bytes(document: Any) -> bytes:
+    """``json.dumps(document, indent=2)`` as ASCII bytes, what ``kai simulate`` writes.
 
     orjson writes it when it gives the same text: every value is a
     plain JSON type, no float needs an exponent (repr and orjson write those
@@ -41,8 +46,8 @@ def dumps_json(document: Any) -> str:
         except TypeError:  # an integer beyond 64 bits, nesting too deep
             data = b"\x7f"
         if data.isascii() and b"\x7f" not in data:
-            return data.decode("ascii")
-    return json.dumps(document, indent=2)
+            return data
+    return json.dumps(document, indent=2).encode("ascii")
 
 
 def _json_plain(value: Any) -> bool:
