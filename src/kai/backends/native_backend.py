@@ -13,13 +13,17 @@ from kai import _native
 from kai.backends._common import (
     F64,
     I64,
+    SOLVER_GPU_COLUMN,
     BoolArray,
+    f64_1d,
     prep_binpack,
     prep_dominant_share,
     prep_fair_share,
     prep_fit_mask,
+    prep_idle_gpus_fit,
     prep_loadaware_filter,
     prep_loadaware_score,
+    prep_scenario_fit,
     prep_scores_mask,
     prep_spread,
 )
@@ -94,21 +98,15 @@ def loadaware_score(
 
 
 def idle_gpus_fit(capacity: Any, requests: Any) -> bool:
-    from kai.backends._common import prep_idle_gpus_fit
-
     return bool(_native.idle_gpus_fit(*prep_idle_gpus_fit(capacity, requests)))
 
 
 def scenario_fit(available: Any, requests: Any) -> bool:
-    from kai.backends._common import SOLVER_GPU_COLUMN, prep_scenario_fit
-
     avail, req = prep_scenario_fit(available, requests)
     return bool(_native.scenario_fit(avail, req, SOLVER_GPU_COLUMN))
 
 
 def incremental_fit(capacity: Any, available: Any, gpu_requests: Any, requests: Any) -> Any:
-    from kai.backends._common import SOLVER_GPU_COLUMN, f64_1d, prep_scenario_fit
-
     avail, req = prep_scenario_fit(available, requests)
     return _native.IncrementalFit(
         f64_1d(capacity, "capacity"),

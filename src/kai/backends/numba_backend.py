@@ -15,13 +15,17 @@ from kai.backends._common import (
     EPS,
     F64,
     I64,
+    SOLVER_GPU_COLUMN,
     BoolArray,
+    StatelessIncrementalFit,
     prep_binpack,
     prep_dominant_share,
     prep_fair_share,
     prep_fit_mask,
+    prep_idle_gpus_fit,
     prep_loadaware_filter,
     prep_loadaware_score,
+    prep_scenario_fit,
     prep_scores_mask,
     prep_spread,
 )
@@ -102,21 +106,15 @@ def loadaware_score(
 
 
 def idle_gpus_fit(capacity: Any, requests: Any) -> bool:
-    from kai.backends._common import prep_idle_gpus_fit
-
     return bool(_kernels().idle_gpus_fit(*prep_idle_gpus_fit(capacity, requests), EPS))
 
 
 def scenario_fit(available: Any, requests: Any) -> bool:
-    from kai.backends._common import SOLVER_GPU_COLUMN, prep_scenario_fit
-
     avail, req = prep_scenario_fit(available, requests)
     return bool(_kernels().scenario_fit(avail, req, SOLVER_GPU_COLUMN, EPS))
 
 
 def incremental_fit(capacity: Any, available: Any, gpu_requests: Any, requests: Any) -> Any:
-    from kai.backends._common import StatelessIncrementalFit
-
     return StatelessIncrementalFit(
         idle_gpus_fit, scenario_fit, capacity, available, gpu_requests, requests
     )

@@ -16,14 +16,18 @@ from kai.backends._common import (
     EPS,
     F64,
     I64,
+    SOLVER_GPU_COLUMN,
     UNLIMITED,
     BoolArray,
+    StatelessIncrementalFit,
     prep_binpack,
     prep_dominant_share,
     prep_fair_share,
     prep_fit_mask,
+    prep_idle_gpus_fit,
     prep_loadaware_filter,
     prep_loadaware_score,
+    prep_scenario_fit,
     prep_scores_mask,
     prep_spread,
 )
@@ -326,8 +330,6 @@ def idle_gpus_fit(capacity: Any, requests: Any) -> bool:
     index), largest first; each need goes to the first of them that still covers it.  A
     need of 0 ends the check successfully.
     """
-    from kai.backends._common import prep_idle_gpus_fit
-
     cap, req = prep_idle_gpus_fit(capacity, requests)
     k = req.shape[0]
     if k == 0:
@@ -352,8 +354,6 @@ def scenario_fit(available: Any, requests: Any) -> bool:
     Each task takes the first node where every requested resource fits
     (request <= available + EPS); that node is charged.  True if every task found one.
     """
-    from kai.backends._common import SOLVER_GPU_COLUMN, prep_scenario_fit
-
     avail, req = prep_scenario_fit(available, requests)
     if req.shape[0] == 0:
         return True
@@ -380,8 +380,6 @@ def incremental_fit(capacity: Any, available: Any, gpu_requests: Any, requests: 
     adds rows in order (as ``np.add.at``); ``scenario_fit()`` leaves out the nodes whose
     available GPUs + EPS are below the smallest GPU request when that is > 0.
     """
-    from kai.backends._common import StatelessIncrementalFit
-
     return StatelessIncrementalFit(
         idle_gpus_fit, scenario_fit, capacity, available, gpu_requests, requests
     )
