@@ -135,6 +135,27 @@ def _perturb(
                     "blockOwnerDeletion": True,
                 }
             ]
+        # The containers' requests and limits: a negative zero (which a sum turns into
+        # a zero), limits alone, and sums over containers that limit different resources.
+        resources = spec["containers"][0].setdefault("resources", {})
+        roll = rng.random()
+        if roll < 0.05:
+            resources.setdefault("requests", {})["memory"] = -0.0
+        elif roll < 0.10:
+            resources["limits"] = {"memory": -0.0, "nvidia.com/gpu": "1"}
+        elif roll < 0.15:
+            resources["limits"] = dict(resources.pop("requests", {}))
+        elif roll < 0.20:
+            resources["limits"] = {"cpu": "500m"}
+            spec["containers"].append(
+                {
+                    "name": "side",
+                    "resources": {
+                        "requests": {"cpu": "250m", "memory": "64Mi"},
+                        "limits": {"memory": "128Mi"},
+                    },
+                }
+            )
     for node in (d for d in docs if d["kind"] == "Node"):
         spec, status = node.setdefault("spec", {}), node.setdefault("status", {})
         roll = rng.random()

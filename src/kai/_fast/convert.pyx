@@ -32,6 +32,8 @@ from kai.snapshot.loader import (
     PRESSURE_CONDITIONS,
 )
 
+from libc.math cimport signbit
+
 from kai._fast.slots cimport layout, make
 
 cdef tuple POD_FIELDS = (
@@ -77,16 +79,19 @@ cdef inline bint plain_utc(str value):
 cdef class _Cache:
     """What one load parses once: timestamps, quantities, the source of a document."""
 
-    cdef dict times, quantities
+    cdef dict times
+    cdef dict quantities  # resource name -> quantity string -> value in canonical units
+    cdef Py_ssize_t quantity_count
     cdef object file, document, source
 
     def __init__(self):
         self.times = {}
         self.quantities = {}
+        self.quantity_count = 0
         self.file = self.document = self.source = None
 
     def __len__(self):
-        return len(self.times) + len(self.quantities)
+        return len(self.times) + self.quantity_count
 
     cdef object time(self, object value):
         """A timestamp string as a datetime, None if absent, NO if not usual."""
@@ -115,17 +120,23 @@ cdef class _Cache:
         return found
 
     cdef object resources(self, object value):
-        """A ResourceList in canonical units, or NO."""
+        """A ResourceList in canonical units, a new map, or NO."""
         if value is None:
             return {}
         if type(value) is not dict:
             return NO
         cdef dict out = {}
+        cdef dict parsed
         for name, raw in (<dict>value).items():
             if type(name) is not str:
                 return NO
-            key = (name, raw) if type(raw) is str else None
-            q = self.quantities.get(key) if key is not None else None
+            parsed = None
+            q = None
+            if type(raw) is str:
+                parsed = self.quantities.get(name)
+                if parsed is None:
+                    parsed = self.quantities[name] = {}
+                q = parsed.get(raw)
             if q is None:
                 try:
                     q = parse_quantity(raw, what=name)
@@ -134,8 +145,9 @@ cdef class _Cache:
                 if q < 0:
                     return NO
                 q = to_canonical(name, q)
-                if key is not None:
-                    self.quantities[key] = q
+                if parsed is not None:
+                    parsed[raw] = q
+                    self.quantity_count += 1
             out[name] = q
         return out
 
@@ -170,32 +182,56 @@ cdef inline object opt_str(object value):
     return NO
 
 
+cdef object container_resources(_Cache cache, object c):
+    """(requests, limits) of one plain container, new maps, or NO."""
+    if type(c) is not dict:
+        return NO
+    res = (<dict>c).get("resources")
+    if not res:
+        if res is not None and type(res) is not dict:
+            return NO
+        return {}, {}
+    if type(res) is not dict:
+        return NO
+    req = cache.resources((<dict>res).get("requests"))
+    lim = cache.resources((<dict>res).get("limits"))
+    if req is NO or lim is NO:
+        return NO
+    for k, v in (<dict>lim).items():
+        if k not in req:
+            req[k] = v  # Kubernetes defaults a missing request to the limit
+    return req, lim
+
+
+cdef bint no_negative_zero(dict values) except -1:
+    """Whether no value is -0.0 (a sum that starts at 0.0 would make it 0.0)."""
+    cdef double x
+    for v in values.values():
+        x = v
+        if x == 0.0 and signbit(x):
+            return False
+    return True
+
+
 cdef object pod_resources(_Cache cache, object containers):
     """(requests, limits) of plain containers (kai.snapshot.loader._pod_resources)."""
     if type(containers) is not list:
         return NO
+    if len(<list>containers) == 1:
+        # One container (most pods): its maps are the sums, as they are made here.
+        parts = container_resources(cache, (<list>containers)[0])
+        if parts is NO:
+            return NO
+        if no_negative_zero((<tuple>parts)[0]) and no_negative_zero((<tuple>parts)[1]):
+            return parts
     cdef dict total = {}
     cdef dict limits = {}
     cdef set limited = None
     for c in <list>containers:
-        if type(c) is not dict:
+        parts = container_resources(cache, c)
+        if parts is NO:
             return NO
-        res = (<dict>c).get("resources")
-        if not res:
-            if res is not None and type(res) is not dict:
-                return NO
-            req = {}
-            lim = {}
-        else:
-            if type(res) is not dict:
-                return NO
-            req = cache.resources((<dict>res).get("requests"))
-            lim = cache.resources((<dict>res).get("limits"))
-            if req is NO or lim is NO:
-                return NO
-            for k, v in (<dict>lim).items():
-                if k not in req:
-                    req[k] = v  # Kubernetes defaults a missing request to the limit
+        req, lim = <tuple>parts
         for k, v in (<dict>req).items():
             total[k] = total.get(k, 0.0) + v
         for k, v in (<dict>lim).items():
@@ -500,17 +536,21 @@ cdef bint add_one(object builder, _Cache cache, object obj, object file, object 
     """Convert and add one usual Pod, PodGroup or Node; False to leave it to the loader."""
     if type(obj) is not dict:
         return False
-    kind = (<dict>obj).get("kind")
+    found = (<dict>obj).get("kind")
+    if type(found) is not str:
+        return False
+    cdef str kind = <str>found
     if kind == "Node":
         return add_node(builder, cache, <dict>obj, file, index)
-    api_version = (<dict>obj).get("apiVersion")
+    found = (<dict>obj).get("apiVersion")
+    if type(found) is not str:
+        return False
+    cdef str api_version = <str>found
     if kind == "Pod":
         if api_version != "v1":
             return False
     elif kind == "PodGroup":
-        if type(api_version) is not str or not (<str>api_version).startswith(KAI_GROUPS):
-            return False
-        if (<str>api_version).count("/") != 1:
+        if not api_version.startswith(KAI_GROUPS) or api_version.count("/") != 1:
             return False
     else:
         return False
