@@ -14,7 +14,15 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "kai"
 
 # Lower index: lower layer.  A module may import its own layer and lower ones.
 LAYERS: list[tuple[str, ...]] = [
-    ("kai.api", "kai.backends", "kai._fast", "kai._native", "kai.fairshare", "kai.memory"),
+    (
+        "kai._dataclasses",
+        "kai.api",
+        "kai.backends",
+        "kai._fast",
+        "kai._native",
+        "kai.fairshare",
+        "kai.memory",
+    ),
     ("kai.snapshot",),
     ("kai.framework",),
     ("kai.plugins",),

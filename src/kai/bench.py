@@ -28,10 +28,11 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any
 
 from kai import bench_clusters as gen
+from kai._dataclasses import dataclass
 
 if TYPE_CHECKING:
     from kai.output import Progress

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from kai._dataclasses import dataclass
 from kai.api.objects import (
     ClusterObjects,
     NodeObject,

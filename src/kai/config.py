@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from kai._dataclasses import dataclass
 from kai.actions import action_names
 from kai.actions import register_builtins as register_builtin_actions
 from kai.actions.solvers.budget import SearchLimits

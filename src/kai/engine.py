@@ -8,12 +8,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.actions import get_action
 from kai.actions import register_builtins as register_builtin_actions
 from kai.api.errors import InputError

@@ -40,11 +40,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.errors import ConfigError, InputError
 
 #: The resources the proportion plugin divides, as named in usage tables and results.

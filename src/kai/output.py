@@ -12,13 +12,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TextIO
 
 import orjson
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.api.resources import INSUFFICIENT_RESOURCES, nodes_text
 from kai.engine import IDLE_REASON, DecisionRecord, PodGroupResult, QueueResult, SessionResult
 

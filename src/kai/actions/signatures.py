@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task, TaskStatus
 from kai.api.objects import NodeSelectorTerm, PodObject, PreferredSchedulingTerm, Toleration
 from kai.framework.session import Session

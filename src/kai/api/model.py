@@ -14,13 +14,14 @@ import hashlib
 import operator
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.api.objects import (
     NodeMetricObject,
     NodeObject,

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copyreg
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
+
+from kai._dataclasses import dataclass
 
 # Parsed objects are read-only: every empty map is this one (most pods have no node
 # selector, conditions, ...), which saves a dictionary per field and keeps a session's

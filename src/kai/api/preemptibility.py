@@ -30,9 +30,9 @@ builder sets from it: ``Job.preemptible``, ``Job.preemptibility``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+from kai._dataclasses import dataclass
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.api.objects import GenericObject, OwnerReference, PodGroupObject, PodObject
 

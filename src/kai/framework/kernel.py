@@ -12,7 +12,8 @@ allocate.hpp``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from kai._dataclasses import dataclass
 
 
 class ScoreKind(enum.IntEnum):

@@ -26,12 +26,13 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.model import ClusterState, Job, QueueInfo, Task, queue_path
 from kai.api.resources import INSUFFICIENT_RESOURCES, describe_shortage, vector_shortage
 from kai.backends import EPS, get_backend

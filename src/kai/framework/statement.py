@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.model import ON_NODE as _ON_NODE
 from kai.api.model import Task, TaskStatus, VacatedPlace
 from kai.backends import EPS

@@ -37,12 +37,13 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 from typing import Any
 
 import orjson
 
+from kai._dataclasses import dataclass
 from kai.engine import (
     IDLE_REASON,
     LAST_START_ANNOTATION,

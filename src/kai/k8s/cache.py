@@ -22,10 +22,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import methodcaller
 from typing import Any
 
+from kai._dataclasses import dataclass
 from kai.api.errors import InputError
 from kai.api.objects import ClusterObjects, NodeObject, PodObject, QueueObject
 from kai.k8s.client import (

@@ -25,7 +25,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -36,6 +35,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from kai._dataclasses import dataclass
 from kai.k8s import protobuf
 from kai.k8s.connections import (
     JSON,

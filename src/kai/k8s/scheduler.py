@@ -13,9 +13,10 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timezone
 
+from kai._dataclasses import dataclass
 from kai.api.objects import GPU_RESOURCE, ClusterObjects
 from kai.config import SchedulerConfig
 from kai.engine import SessionResult, Snapshot, run_session

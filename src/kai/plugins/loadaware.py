@@ -18,12 +18,12 @@ the score of one pod against all nodes are each one kernel call of the backend
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.model import Job, Task, TaskStatus
 from kai.api.objects import NodeMetricObject
 from kai.framework import Plugin, Session, register_plugin

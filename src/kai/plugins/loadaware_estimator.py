@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.errors import ConfigError
 from kai.api.objects import NodeObject, PodObject
 from kai.api.quantity import parse_duration, parse_quantity, to_canonical

@@ -16,13 +16,13 @@ more) and keeps non-preemptible jobs within quota.  The reclaim rules live in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.api.model import (
     ALLOCATED,
     Q_CPU,

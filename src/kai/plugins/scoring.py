@@ -8,11 +8,11 @@ resource type > bin-packing/spreading.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.model import Job, NodeTable, Task
 from kai.api.resources import CPU, GPU
 from kai.framework import NodeInfo, Plugin, Session, register_plugin

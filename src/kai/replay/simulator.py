@@ -26,11 +26,11 @@ import math
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
+from kai._dataclasses import dataclass
 from kai.actions import get_action
 from kai.actions import register_builtins as register_builtin_actions
 from kai.api.errors import InputError

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from kai._dataclasses import dataclass
 from kai.replay.trace import TraceJob
 
 DAY = 86400.0

@@ -24,9 +24,10 @@ import hashlib
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
+from kai._dataclasses import dataclass
 from kai.api.errors import InputError
 from kai.api.preemptibility import VALID_VALUES
 from kai.api.quantity import parse_quantity, to_canonical

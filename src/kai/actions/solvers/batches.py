@@ -8,10 +8,11 @@ accumulated (:mod:`kai.actions.solvers.scenario`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task
 from kai.api.resources import GPU
 from kai.framework.session import Session

@@ -8,7 +8,9 @@ cap on the simulated scenarios of one job (0 = unlimited).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from kai._dataclasses import dataclass
 
 # Defaults of the batch-scheduling model (seconds).
 DEFAULT_GENERATOR_LIMITS = {"NodeLocalGreedy": 30.0, "MultiNodeGang": 120.0}

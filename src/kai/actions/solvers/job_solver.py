@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 
 import numpy as np
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.actions.solvers.batches import VictimBatch, gpu_freed
 from kai.actions.solvers.budget import ActionBudget, JobBudget
 from kai.actions.solvers.generators import GENERATORS, Generator

@@ -28,12 +28,13 @@ import os
 from bisect import bisect_left
 from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.actions.common import link_leaf
 from kai.actions.fast_allocate import GROUP_NODES_FROM, NodePicker
 from kai.actions.solvers.batches import VictimBatch

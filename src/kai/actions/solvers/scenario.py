@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.actions.common import JobQueue
 from kai.actions.solvers.batches import (
     PreparedBatch,

@@ -19,10 +19,10 @@ search's probe short of the whole job, whose statement would be discarded at onc
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
+from kai._dataclasses import dataclass
 from kai.actions.common import allocate_job, allocate_task
 from kai.actions.fast_allocate import AlikePicks
 from kai.actions.solvers.pending import action_pool, partial_view, simulation_queue
