@@ -247,6 +247,28 @@ def test_json_written_to_a_text_stream_without_bytes_beneath(monkeypatch):
     assert json.loads(text.getvalue())["decisions"]
 
 
+def test_the_command_loads_numpy_late_and_starts_no_blas_threads():
+    # Importing the command line loads no numpy; the command then loads it with
+    # OpenBLAS on one thread (kai calls no BLAS routine), unless the user chose.
+    code = (
+        "import os, sys\n"
+        "import kai.cli as cli\n"
+        "assert 'numpy' not in sys.modules\n"
+        "def main():\n"
+        "    import numpy\n"
+        "    print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])\n"
+        "cli.main = main\n"
+        "cli.entry()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [b"1", b"1"]
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60)
+    assert proc.stdout.split()[1] == b"2"
+
+
 def test_a_reader_that_closed_first_ends_the_command_quietly_with_141():
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will read: the first write fails

@@ -651,6 +651,10 @@ def entry() -> None:
     """The ``kai`` console command: :func:`main`, in a process of its own."""
     global _exit_when_done
     _exit_when_done = True
+    # kai calls no BLAS routine, so numpy's OpenBLAS need not start a thread per core
+    # when it loads (it loads inside the commands; importing kai.cli does not load it).
+    # A value the user set is kept.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     main()
 
 
