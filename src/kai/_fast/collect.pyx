@@ -23,6 +23,12 @@ from kai.framework.session import Decision
 
 from kai._fast.slots cimport get, layout, new_object, put
 
+
+cdef extern from "Python.h":
+    # A dict with room for minused keys (CPython 3.10 to 3.13 have it; Cython's dict
+    # literals are made with it).
+    dict _PyDict_NewPresized(Py_ssize_t minused)
+
 cdef tuple POD_FIELDS = ("status", "node")
 cdef tuple GROUP_FIELDS = (
     "name", "queue", "preemptible", "preemptibility", "scheduled", "reason", "explain",
@@ -235,13 +241,12 @@ def result_document(result, bint explain):
     cdef bint direct
     for key, g in (<dict?>result.pod_groups).items():
         direct = GROUP_DIRECT and type(g) is PodGroupResult
-        entry = {
-            "queue": _field(g, direct, GROUP_OFF[1], "queue"),
-            "preemptible": _field(g, direct, GROUP_OFF[2], "preemptible"),
-            "preemptibility": _field(g, direct, GROUP_OFF[3], "preemptibility"),
-            "scheduled": _field(g, direct, GROUP_OFF[4], "scheduled"),
-            "reason": _field(g, direct, GROUP_OFF[5], "reason"),
-        }
+        entry = _PyDict_NewPresized(8)  # room for every key: no resize on the way
+        entry["queue"] = _field(g, direct, GROUP_OFF[1], "queue")
+        entry["preemptible"] = _field(g, direct, GROUP_OFF[2], "preemptible")
+        entry["preemptibility"] = _field(g, direct, GROUP_OFF[3], "preemptibility")
+        entry["scheduled"] = _field(g, direct, GROUP_OFF[4], "scheduled")
+        entry["reason"] = _field(g, direct, GROUP_OFF[5], "reason")
         value = _field(g, direct, GROUP_OFF[8], "annotations")
         if value:
             entry["annotations"] = copies.of(value)
@@ -257,12 +262,11 @@ def result_document(result, bint explain):
     for d in <list?>result.decisions:
         direct = DECISION_DIRECT and type(d) is Decision
         kind = _field(d, direct, DECISION_OFF[1], "type")
-        entry = {
-            "action": _field(d, direct, DECISION_OFF[0], "action"),
-            "type": kind,
-            "pod": _field(d, direct, DECISION_OFF[6], "pod"),
-            "node": _field(d, direct, DECISION_OFF[3], "node"),
-        }
+        entry = _PyDict_NewPresized(7)
+        entry["action"] = _field(d, direct, DECISION_OFF[0], "action")
+        entry["type"] = kind
+        entry["pod"] = _field(d, direct, DECISION_OFF[6], "pod")
+        entry["node"] = _field(d, direct, DECISION_OFF[3], "node")
         if kind != "evict":
             entry["gpuGroups"] = _field(d, direct, DECISION_OFF[4], "gpu_groups")
         value = _field(d, direct, DECISION_OFF[5], "reason")
