@@ -338,6 +338,58 @@ def test_session_result_identical(seed: int) -> None:
 
 
 @needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:5])
+def test_pod_and_group_results_identical(seed: int) -> None:
+    """The compiled per-pod and per-group results of a scheduled session are the
+    reference's, for jobs and tasks read at their offsets and for ones of subclasses
+    (read as attributes), with groups whose start annotations alternate."""
+    from kai.engine import _Annotations, _collect
+    from kai.plugins import register_builtins
+
+    collect = _fast.module("collect")
+    assert collect is not None
+    register_builtins()
+    snapshot = Snapshot.from_objects(_docs(seed))
+    config = snapshot.scheduler_config(FULL)
+    ssn = Session(snapshot.state(), config, now=NOW)
+    ssn.open(config.build_plugins())
+    from kai.engine import get_action, register_builtin_actions
+
+    register_builtin_actions()
+    for name in FULL:
+        ssn.current_action = name
+        get_action(name)(ssn)
+    starts = [job.new_start_timestamp for _, job in sorted(ssn.jobs.items())]
+    assert len(set(starts)) > 1  # started and not: the annotations change from group to group
+    evictions = _collect.finish_decisions(ssn.decisions, _Annotations())
+    tasks, names = ssn.state.all_tasks(), ssn.nodes.names
+
+    def results() -> tuple[Any, Any]:
+        return (
+            collect.group_results(ssn.jobs, _Annotations(), evictions),
+            collect.pod_results(tasks, names),
+        )
+
+    reference = (
+        _collect.group_results(ssn.jobs, _Annotations(), evictions),
+        _collect.pod_results(tasks, names),
+    )
+    assert results() == reference
+
+    class SubJob(model.Job):
+        __slots__ = ()
+
+    class SubTask(model.Task):
+        __slots__ = ()
+
+    for job in ssn.jobs.values():
+        job.__class__ = SubJob
+        for task in job.tasks:
+            task.__class__ = SubTask
+    assert results() == reference
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", SEEDS)
 def test_result_document_identical(seed: int) -> None:
     """The compiled JSON document of a result is the reference's, key order included,
@@ -602,6 +654,59 @@ def test_add_at_identical(seed: int) -> None:
         with pytest.raises(IndexError):
             ledger.add_at(target, np.array([3, 50]), np.ones((2, *shape[1:])))
         assert target.tobytes() == before
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:4])
+def test_placed_pods_charged_identically(seed: int) -> None:
+    """The pods on nodes when a state is built are charged to their nodes' rows with
+    the same bits compiled or not (requests shared by neighbours and not, rows
+    repeating), and a pod on a row the table lacks is refused with nothing written."""
+    from kai.snapshot.builder import _charge_placed
+
+    rng = np.random.default_rng(seed)
+    with _fast.pure_python():
+        state = build_state(load_objects(random_cluster(seed, nodes=12, jobs=60).dicts()))
+    nodes = state.nodes
+    n, width = nodes.used.shape
+    # Pods on whole devices, neither releasing nor pipelined: the ones charged in bulk.
+    plain = [
+        t
+        for t in state.tasks
+        if t.gpu_fraction == 0
+        and t.gpu_memory_mib == 0
+        and t.status not in (TaskStatus.RELEASING, TaskStatus.PIPELINED)
+    ]
+    placed = []
+    shared = np.round(rng.random(width) * 100, 3)
+    for i in range(300):
+        task = plain[i % len(plain)]
+        request = shared if rng.random() < 0.5 else np.round(rng.random(width) * 100, 3)
+        placed.append(dataclasses.replace(task, node=int(rng.integers(n)), request=request))
+
+    def charged() -> tuple[bytes, bytes, list[set[Any]], int]:
+        nodes.used[:] = rng_start
+        nodes.idle[:] = -rng_start
+        nodes.tasks = [set() for _ in range(n)]
+        version = nodes.version
+        _charge_placed(nodes, placed)
+        return nodes.used.tobytes(), nodes.idle.tobytes(), nodes.tasks, nodes.version - version
+
+    rng_start = rng.random((n, width)) * 1e3
+    compiled, reference = _both(charged)
+    assert compiled[0] == reference[0] and compiled[1] == reference[1]
+    assert [{id(t) for t in ts} for ts in compiled[2]] == [
+        {id(t) for t in ts} for ts in reference[2]
+    ]
+    assert compiled[3] == reference[3] == len(placed)
+
+    ledger = _fast.module("ledger")
+    assert ledger is not None
+    before = nodes.used.tobytes(), nodes.idle.tobytes()
+    stray = dataclasses.replace(placed[0], node=n)
+    with pytest.raises(IndexError):
+        ledger.charge_placed(nodes.used, nodes.idle, nodes.tasks, [*placed, stray])
+    assert (nodes.used.tobytes(), nodes.idle.tobytes()) == before
 
 
 @needs_compiled

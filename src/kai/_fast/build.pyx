@@ -25,7 +25,9 @@ from kai.snapshot.builder import (
     pod_status,
 )
 
-from kai._fast.slots cimport get, layout, make, offset_of
+from cpython.long cimport PyLong_FromVoidPtr
+
+from kai._fast.slots cimport get, layout, new_object, offsets_of, put
 
 cdef tuple TASK_FIELDS = (
     "uid", "name", "namespace", "job", "request", "status", "pod", "node",
@@ -68,17 +70,8 @@ cdef Py_ssize_t POD_OFF[P_COUNT]
 cdef Py_ssize_t GROUP_OFF[G_COUNT]
 
 
-cdef bint _offsets(type cls, tuple names, Py_ssize_t* out) except -1:
-    cdef Py_ssize_t i
-    for i in range(len(names)):
-        out[i] = offset_of(cls, names[i])
-        if out[i] < 0:
-            return False
-    return True
-
-
-cdef bint POD_SLOTS = _offsets(PodObject, POD_READ, POD_OFF)
-cdef bint GROUP_SLOTS = _offsets(PodGroupObject, GROUP_READ, GROUP_OFF)
+cdef bint POD_SLOTS = offsets_of(PodObject, POD_READ, POD_OFF)
+cdef bint GROUP_SLOTS = offsets_of(PodGroupObject, GROUP_READ, GROUP_OFF)
 
 
 cdef inline object pf(object pod, int field):
@@ -99,12 +92,14 @@ cdef object PENDING = TaskStatus.PENDING
 cdef object RUNNING = TaskStatus.RUNNING
 cdef object BOUND = TaskStatus.BOUND
 cdef object ZERO = 0.0
+cdef object MISSING = object()
 cdef object by_pod_name = attrgetter("name")
 cdef object by_namespace_name = attrgetter("namespace", "name")
 
 
 cdef class _Maker:
-    cdef object maker, state, make_task, node_index, default_priority, on_node
+    cdef object maker, state, make_task, node_index, default_priority
+    cdef frozenset on_node
     cdef list tasks
     cdef dict jobs, by_map, priorities
     cdef dict preemptibility  # priority -> (preemptible, value, warnings or None)
@@ -136,10 +131,11 @@ cdef class _Maker:
             self.delegated = True
             return self.make_task(pod, job)
         requests = pf(pod, P_REQUESTS)
-        request = self.by_map.get(id(requests))
+        key = PyLong_FromVoidPtr(<void*>requests)  # id(requests), without a call
+        request = self.by_map.get(key)
         if request is None:
             request = self.make_task.request_vector(requests)
-            self.by_map[id(requests)] = request
+            self.by_map[key] = request
         phase = pf(pod, P_PHASE)
         node_name = pf(pod, P_NODE)
         if phase == "Running":
@@ -157,18 +153,36 @@ cdef class _Maker:
         name = pf(pod, P_NAME)
         namespace = pf(pod, P_NAMESPACE)
         uid = pf(pod, P_UID) or f"{namespace}/{name}"
-        return make(Task, DIRECT, TASK_OFF, (
-            uid, name, namespace, job, request, status, pod, node, ZERO, ZERO, None,
-            pf(pod, P_CREATED), False,
-        ))
+        created = pf(pod, P_CREATED)
+        if not DIRECT:
+            return Task(uid, name, namespace, job, request, status, pod, node, ZERO, ZERO,
+                        None, created, False)
+        # Written field by field (TASK_FIELDS): no tuple of them made and freed per pod.
+        task = new_object(Task)
+        put(task, TASK_OFF[0], uid)
+        put(task, TASK_OFF[1], name)
+        put(task, TASK_OFF[2], namespace)
+        put(task, TASK_OFF[3], job)
+        put(task, TASK_OFF[4], request)
+        put(task, TASK_OFF[5], status)
+        put(task, TASK_OFF[6], pod)
+        put(task, TASK_OFF[7], node)
+        put(task, TASK_OFF[8], ZERO)
+        put(task, TASK_OFF[9], ZERO)
+        put(task, TASK_OFF[10], None)
+        put(task, TASK_OFF[11], created)
+        put(task, TASK_OFF[12], False)
+        return task
 
     cdef object priority(self, object pg, list pods):
         """maker.priority_of."""
         cdef dict priorities = self.priorities
         if pg is not None:
             name = gf(pg, G_PRIORITY_CLASS)
-            if name and name in priorities:
-                return priorities[name]
+            if name:
+                value = priorities.get(name, MISSING)
+                if value is not MISSING:
+                    return value
         for pod in pods:
             value = pf(pod, P_PRIORITY)
             if value is not None:
@@ -226,12 +240,30 @@ cdef class _Maker:
             grace = gf(pg, G_GRACE)
             delay = gf(pg, G_DELAY)
         if DIRECT:
-            # What Job.__init__ sets, with the pod group's fields read at their offsets.
-            job = make(Job, True, JOB_OFF, (
-                uid, name, namespace, queue, priority, min_member, preemptible, value,
-                created, tasks, pg, last_start, stale, last_eviction, grace, delay, None,
-                [warning] if warning else [], [], None, None,
-            ))
+            # What Job.__init__ sets (JOB_FIELDS), with the pod group's fields read at
+            # their offsets, written field by field.
+            job = new_object(Job)
+            put(job, JOB_OFF[0], uid)
+            put(job, JOB_OFF[1], name)
+            put(job, JOB_OFF[2], namespace)
+            put(job, JOB_OFF[3], queue)
+            put(job, JOB_OFF[4], priority)
+            put(job, JOB_OFF[5], min_member)
+            put(job, JOB_OFF[6], preemptible)
+            put(job, JOB_OFF[7], value)
+            put(job, JOB_OFF[8], created)
+            put(job, JOB_OFF[9], tasks)
+            put(job, JOB_OFF[10], pg)
+            put(job, JOB_OFF[11], last_start)
+            put(job, JOB_OFF[12], stale)
+            put(job, JOB_OFF[13], last_eviction)
+            put(job, JOB_OFF[14], grace)
+            put(job, JOB_OFF[15], delay)
+            put(job, JOB_OFF[16], None)
+            put(job, JOB_OFF[17], [warning] if warning else [])
+            put(job, JOB_OFF[18], [])
+            put(job, JOB_OFF[19], None)
+            put(job, JOB_OFF[20], None)
         else:
             job = Job(uid, name, namespace, queue, priority, min_member, preemptible, value,
                       created, tasks, pg)

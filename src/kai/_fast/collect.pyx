@@ -8,7 +8,7 @@ reported here, its result written slot by slot; every other group goes through
 the document is the same as ``SessionResult.to_json``'s.
 """
 
-from kai.api.model import ACTIVE_ALLOCATED, TaskStatus
+from kai.api.model import ACTIVE_ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.engine import (
     _OUTPUT_STATUS,
@@ -21,7 +21,7 @@ from kai.engine import (
 )
 from kai.framework.session import Decision
 
-from kai._fast.slots cimport get, layout, new_object, put
+from kai._fast.slots cimport get, layout, new_object, offsets_of, put
 
 
 cdef extern from "Python.h":
@@ -43,6 +43,33 @@ cdef tuple DECISION_FIELDS = (
 )
 cdef Py_ssize_t DECISION_OFF[8]
 cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
+
+# The fields read of jobs and tasks, by index: at their offsets from a Job or a Task.
+cdef enum:
+    J_QUEUE, J_MIN_MEMBER, J_PREEMPTIBLE, J_PREEMPTIBILITY, J_TASKS, J_INVALID,
+    J_WARNINGS, J_FIT_ERRORS, J_NEW_START, J_STALE_SET, J_COUNT
+cdef tuple JOB_READ = (
+    "queue", "min_member", "preemptible", "preemptibility", "tasks", "invalid_reason",
+    "warnings", "fit_errors", "new_start_timestamp", "stale_since_set",
+)
+cdef enum:
+    T_STATUS, T_NODE, T_POD, T_NAMESPACE, T_NAME, T_COUNT
+cdef tuple TASK_READ = ("status", "node", "pod", "namespace", "name")
+cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
+cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
+cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
+cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
+
+
+cdef inline object jf(object job, bint direct, int field):
+    """A field of a job: at its offset when ``direct`` (a Job, see JOB_SLOTS)."""
+    return get(job, JOB_READ_OFF[field]) if direct else getattr(job, JOB_READ[field])
+
+
+cdef inline object tf(object task, bint direct, int field):
+    """A field of a task: at its offset when ``direct`` (a Task, see TASK_SLOTS)."""
+    return get(task, TASK_READ_OFF[field]) if direct else getattr(task, TASK_READ[field])
+
 
 cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
@@ -91,22 +118,24 @@ def pod_results(list tasks, list names):
     cdef dict output_status = _OUTPUT_STATUS
     cdef list items = []
     cdef Py_ssize_t node
+    cdef bint direct
     for t in tasks:
-        status = t.status
-        node = t.node
+        direct = TASK_SLOTS and type(t) is Task
+        status = tf(t, direct, T_STATUS)
+        node = tf(t, direct, T_NODE)
         if node >= 0:
             where = names[node]
         elif status is PENDING:
             where = None
         else:
-            where = t.pod.node_name
+            where = tf(t, direct, T_POD).node_name
         if POD_DIRECT:
             result = new_object(PodResult)
             put(result, POD_OFF[0], output_status[status])
             put(result, POD_OFF[1], where)
         else:
             result = PodResult(output_status[status], where)
-        items.append((f"{t.namespace}/{t.name}", result))
+        items.append((f"{tf(t, direct, T_NAMESPACE)}/{tf(t, direct, T_NAME)}", result))
     items.sort()  # keys are unique: results never compared
     return dict(items)
 
@@ -118,24 +147,29 @@ def group_results(dict jobs, annotations, dict evictions):
     cdef frozenset active_allocated = ACTIVE_ALLOCATED
     cdef dict status_of = _STATUS_OF
     cdef list tasks
-    cdef bint scheduled
-    # Most groups share one (start, stale) pair: the annotations of the last one seen.
+    cdef bint scheduled, direct
+    # Most groups share one of a few (start, stale) pairs: the annotations of the last
+    # one seen, and of each pair seen (by value, as ``annotations`` keeps them).
     last_start = stale_since = seen = None
+    cdef dict made = {}
     for key in sorted(jobs):
         job = jobs[key]
+        direct = JOB_SLOTS and type(job) is Job
         found = evictions.get(key)
         group_evictions = () if found is None else tuple(found)
-        tasks = job.tasks
-        preemptibility = job.preemptibility
-        min_member = job.min_member
+        tasks = jf(job, direct, J_TASKS)
+        preemptibility = jf(job, direct, J_PREEMPTIBILITY)
+        min_member = jf(job, direct, J_MIN_MEMBER)
         if len(tasks) != 1 or preemptibility == SEMI_PREEMPTIBLE or not min_member >= 1:
             out[key] = _job_result(key, job, annotations, group_evictions)
             continue
-        status = (<object>tasks[0]).status
+        task = <object>tasks[0]
+        status = tf(task, TASK_SLOTS and type(task) is Task, T_STATUS)
         scheduled = status in scheduled_statuses and min_member <= 1
-        fit_errors = job.fit_errors
-        if job.invalid_reason:
-            reason = job.invalid_reason
+        fit_errors = jf(job, direct, J_FIT_ERRORS)
+        invalid = jf(job, direct, J_INVALID)
+        if invalid:
+            reason = invalid
         elif scheduled:
             reason = None
         elif status is PIPELINED:
@@ -146,30 +180,35 @@ def group_results(dict jobs, annotations, dict evictions):
             reason = IDLE_REASON
         else:
             reason = NOT_SCHEDULED_REASON
-        new_start = job.new_start_timestamp
-        stale = job.stale_since_set
+        new_start = jf(job, direct, J_NEW_START)
+        stale = jf(job, direct, J_STALE_SET)
         if seen is None or new_start is not last_start or stale is not stale_since:
-            seen = annotations(new_start, stale)
+            pair = (new_start, stale)
+            seen = made.get(pair)
+            if seen is None:
+                seen = made[pair] = annotations(new_start, stale)
             last_start = new_start
             stale_since = stale
         if GROUP_DIRECT:
             result = new_object(PodGroupResult)
             put(result, GROUP_OFF[0], key)
-            put(result, GROUP_OFF[1], job.queue)
-            put(result, GROUP_OFF[2], job.preemptible)
+            put(result, GROUP_OFF[1], jf(job, direct, J_QUEUE))
+            put(result, GROUP_OFF[2], jf(job, direct, J_PREEMPTIBLE))
             put(result, GROUP_OFF[3], preemptibility)
             put(result, GROUP_OFF[4], scheduled)
             put(result, GROUP_OFF[5], reason)
             put(result, GROUP_OFF[6], fit_errors)
-            put(result, GROUP_OFF[7], job.warnings)
+            put(result, GROUP_OFF[7], jf(job, direct, J_WARNINGS))
             put(result, GROUP_OFF[8], seen)
             put(result, GROUP_OFF[9], status_of[preemptibility])
             put(result, GROUP_OFF[10], ZERO)
             put(result, GROUP_OFF[11], ZERO)
             put(result, GROUP_OFF[12], group_evictions)
         else:
-            result = PodGroupResult(key, job.queue, job.preemptible, preemptibility,
-                                    scheduled, reason, fit_errors, job.warnings, seen,
+            result = PodGroupResult(key, jf(job, direct, J_QUEUE),
+                                    jf(job, direct, J_PREEMPTIBLE), preemptibility,
+                                    scheduled, reason, fit_errors,
+                                    jf(job, direct, J_WARNINGS), seen,
                                     status_of[preemptibility], 0, 0, group_evictions)
         out[key] = result
     return out

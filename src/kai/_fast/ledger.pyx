@@ -9,6 +9,9 @@ IEEE additions and subtractions as the numpy expressions of
 :func:`kai.api.model.charge_rows` and :func:`kai.api.model.add_vector`, which stay the
 reference: the results are bit-identical, and the tests hold them to it.
 
+``charge_placed`` charges the pods already on nodes to their rows when a state is
+built, as :func:`kai.snapshot.builder._charge_placed` does with ``np.add.at``.
+
 ``queue_sums`` is the proportion plugin's per-queue sums when a session opens: every
 pod's charge added to its queue and each ancestor, one pod at a time, as
 :meth:`kai.plugins.proportion.ProportionPlugin._accumulate` does with numpy in bulk.
@@ -257,6 +260,60 @@ def add_at(object target, object index, object values):
             PyBuffer_Release(&vv)
     finally:
         PyBuffer_Release(&vt)
+
+
+def charge_placed(object used, object idle, list node_tasks, list placed):
+    """The bulk charge of :func:`kai.snapshot.builder._charge_placed`, compiled: each
+    task's request added to row ``task.node`` of ``used`` and its negation to that row
+    of ``idle``, one task at a time in list order (the bits of ``np.add.at`` on the
+    stacked requests), and the task added to ``node_tasks[task.node]``.
+
+    The rows are checked before anything is written; a request of the wrong length
+    raises on the way."""
+    cdef Py_buffer vu, vi, vr
+    cdef Py_ssize_t n, width, row, j
+    cdef double* u
+    cdef double* d
+    cdef const double* r
+    cdef bint open_request = False
+    cdef object task, request, last = None
+    _get(used, &vu, PyBUF_WRITABLE, 2)
+    try:
+        _get(idle, &vi, PyBUF_WRITABLE, 2)
+        try:
+            n = vu.shape[0]
+            width = vu.shape[1]
+            if vi.shape[0] != n or vi.shape[1] != width or len(node_tasks) != n:
+                raise ValueError("used, idle and the node task sets of different sizes")
+            for task in placed:
+                row = task.node
+                if not (0 <= row < n):
+                    raise IndexError(f"node {row} out of bounds for {n} nodes")
+            for task in placed:
+                row = task.node
+                request = task.request
+                if request is not last:  # tasks of one workload share their vector
+                    if open_request:
+                        PyBuffer_Release(&vr)
+                        open_request = False
+                    _get(request, &vr, 0, 1)
+                    open_request = True
+                    if vr.shape[0] != width:
+                        raise ValueError(f"a request of {vr.shape[0]} resources, not {width}")
+                    last = request
+                r = <const double*>vr.buf
+                u = <double*>vu.buf + row * width
+                d = <double*>vi.buf + row * width
+                for j in range(width):
+                    u[j] = u[j] + r[j]
+                    d[j] = d[j] + (-r[j])
+                (<set?>node_tasks[row]).add(task)
+        finally:
+            if open_request:
+                PyBuffer_Release(&vr)
+            PyBuffer_Release(&vi)
+    finally:
+        PyBuffer_Release(&vu)
 
 
 # The most distinct targets add_vectors_to_each keeps open at once (a queue path's

@@ -84,6 +84,21 @@ cdef inline Py_ssize_t offset_of(type cls, str name) except -2:
     return member.offset if member.type == T_OBJECT_EX else -1
 
 
+cdef inline bint offsets_of(type cls, tuple names, Py_ssize_t* out) except -1:
+    """Fill ``out`` with the offsets of ``cls``'s object slots ``names``, in order.
+
+    False (``out`` partly filled) when one of them is not an object slot of ``cls``;
+    an object is read at these offsets only if its type is exactly ``cls`` (a subclass
+    may shadow a slot with a property).
+    """
+    cdef Py_ssize_t i
+    for i in range(len(names)):
+        out[i] = offset_of(cls, names[i])
+        if out[i] < 0:
+            return False
+    return True
+
+
 cdef inline object make(type cls, bint direct, const Py_ssize_t* offsets, tuple fields):
     """An instance of ``cls`` with ``fields`` in field order: written at ``offsets``
     when ``direct`` (see layout), else made by the class."""

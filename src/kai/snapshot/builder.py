@@ -159,14 +159,17 @@ def _charge_placed(nodes: NodeTable, placed: list[Task]) -> None:
         # What add_task does per task, in bulk: the rows are added in task order, so
         # the sums are bit-identical to charging the tasks one at a time (and x - y is
         # x + -y, bit for bit).
-        rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
-        requests = np.array([t.request for t in placed], dtype=np.float64)
-        add_at = _fast.add_at_function()
-        add_at(nodes.used, rows, requests)
-        add_at(nodes.idle, rows, -requests)
-        node_tasks = nodes.tasks
-        for t in placed:
-            node_tasks[t.node].add(t)
+        ledger = _fast.module("ledger")
+        if ledger is not None:
+            ledger.charge_placed(nodes.used, nodes.idle, nodes.tasks, placed)
+        else:
+            rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
+            requests = np.array([t.request for t in placed], dtype=np.float64)
+            np.add.at(nodes.used, rows, requests)
+            np.add.at(nodes.idle, rows, -requests)
+            node_tasks = nodes.tasks
+            for t in placed:
+                node_tasks[t.node].add(t)
         nodes.version += len(placed)
     else:
         for task in placed:
