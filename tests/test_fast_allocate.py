@@ -21,7 +21,7 @@ import pytest
 import kai
 from kai import _fast
 from kai.actions import fast_allocate
-from kai.api.model import TaskStatus
+from kai.api.model import Job, Task, TaskStatus
 from kai.backends import available_backends, get_backend
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
@@ -305,6 +305,29 @@ def test_compiled_columns_match_the_reference(seed: int) -> None:
     sources, *rest = loop.task_columns(tasks, index)
     assert [list(column) for column in rest] == [list(column) for column in ref_rest]
     assert [id(v) for v in sources] == [id(v) for v in ref_sources]
+
+    # Jobs and tasks of subclasses are read as attributes, not at the classes' offsets.
+    class SubJob(Job):
+        __slots__ = ()
+
+    class SubTask(Task):
+        __slots__ = ()
+
+    classes = [(job, job.__class__, [(t, t.__class__) for t in job.tasks]) for job in jobs]
+    for job in jobs:
+        job.__class__ = SubJob
+        for t in job.tasks:
+            t.__class__ = SubTask
+    read = loop.job_columns(jobs, qidx, task_keys, key_labels, True)
+    assert read is not None
+    assert [list(column) for column in read] == [list(column) for column in reference]
+    assert [list(column) for column in loop.task_columns(tasks, index)[1:]] == [
+        list(column) for column in ref_rest
+    ]
+    for job, job_class, task_classes in classes:
+        job.__class__ = job_class
+        for t, task_class in task_classes:
+            t.__class__ = task_class
     # placements: every other task on some node, alternately pipelined
     n_nodes = len(ssn.nodes)
     pl_task = list(range(0, len(tasks), 2))

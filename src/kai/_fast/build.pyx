@@ -88,6 +88,20 @@ cdef inline object gf(object pg, int field):
     return getattr(pg, GROUP_READ[field])
 
 
+cdef inline bint has_key(object mapping, object key) except -1:
+    """``key in mapping``, at a dict's own cost for a dict (parsed maps are dicts)."""
+    if type(mapping) is dict:
+        return key in <dict>mapping
+    return key in mapping
+
+
+cdef inline object get_key(object mapping, object key):
+    """``mapping.get(key)``, without a method call for a dict."""
+    if type(mapping) is dict:
+        return (<dict>mapping).get(key)
+    return mapping.get(key)
+
+
 cdef object PENDING = TaskStatus.PENDING
 cdef object RUNNING = TaskStatus.RUNNING
 cdef object BOUND = TaskStatus.BOUND
@@ -98,7 +112,8 @@ cdef object by_namespace_name = attrgetter("namespace", "name")
 
 
 cdef class _Maker:
-    cdef object maker, state, make_task, node_index, default_priority
+    cdef object maker, state, make_task, default_priority
+    cdef dict node_index
     cdef frozenset on_node
     cdef list tasks
     cdef dict jobs, by_map, priorities
@@ -124,8 +139,8 @@ cdef class _Maker:
         """The task of a plain pod, or one the Python maker makes."""
         annotations = pf(pod, P_ANNOTATIONS)
         if (
-            GPU_FRACTION_ANNOTATION in annotations
-            or GPU_MEMORY_ANNOTATION in annotations
+            has_key(annotations, GPU_FRACTION_ANNOTATION)
+            or has_key(annotations, GPU_MEMORY_ANNOTATION)
             or pf(pod, P_DELETED) is not None
         ):
             self.delegated = True
@@ -203,7 +218,7 @@ cdef class _Maker:
         ):
             return self.maker(uid, name, namespace, pg, pods, min_member)
         for pod in pods:
-            if pf(pod, P_OWNERS) or PREEMPTIBILITY_LABEL in pf(pod, P_LABELS):
+            if pf(pod, P_OWNERS) or has_key(pf(pod, P_LABELS), PREEMPTIBILITY_LABEL):
                 return self.maker(uid, name, namespace, pg, pods, min_member)
         if not single:
             pods = sorted(pods, key=by_pod_name)
@@ -313,12 +328,13 @@ def group_index(list pod_groups):
     cdef dict lists = {}
     cdef list pods_of
     for namespace in sorted(by_namespace):
-        groups = <dict>by_namespace[namespace]
-        of_namespace = {}
-        for name in sorted(groups):  # names are unique in a namespace
+        of_namespace = <dict>by_namespace[namespace]
+        for name in sorted(of_namespace):  # names are unique in a namespace
             pods_of = []
-            ordered.append(groups[name])
+            ordered.append(of_namespace[name])
             members.append(pods_of)
+            # The group's entry now holds its pods' list: a value replaced, where a
+            # second map of every name would be built entry by entry.
             of_namespace[name] = pods_of
         lists[namespace] = of_namespace
     return ordered, members, lists
@@ -336,7 +352,7 @@ def assemble(maker, list pods, str scheduler_name, list ordered_groups, list mem
         if pf(pod, P_SCHEDULER) != scheduler_name:
             _add_foreign(state, maker.make_task(pod, None))
             continue
-        group_name = pf(pod, P_ANNOTATIONS).get(POD_GROUP_ANNOTATION)
+        group_name = get_key(pf(pod, P_ANNOTATIONS), POD_GROUP_ANNOTATION)
         if group_name:
             namespace = pf(pod, P_NAMESPACE)
             pods_of_group = (<dict>lists.get(namespace, no_groups)).get(group_name)

@@ -21,7 +21,7 @@ from kai.engine import (
 )
 from kai.framework.session import Decision
 
-from kai._fast.slots cimport get, layout, new_object, offsets_of, put
+from kai._fast.slots cimport field, layout, new_object, offsets_of, put
 
 
 cdef extern from "Python.h":
@@ -61,14 +61,14 @@ cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
 cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
 
 
-cdef inline object jf(object job, bint direct, int field):
+cdef inline object jf(object job, bint direct, int index):
     """A field of a job: at its offset when ``direct`` (a Job, see JOB_SLOTS)."""
-    return get(job, JOB_READ_OFF[field]) if direct else getattr(job, JOB_READ[field])
+    return field(job, direct, JOB_READ_OFF[index], JOB_READ[index])
 
 
-cdef inline object tf(object task, bint direct, int field):
+cdef inline object tf(object task, bint direct, int index):
     """A field of a task: at its offset when ``direct`` (a Task, see TASK_SLOTS)."""
-    return get(task, TASK_READ_OFF[field]) if direct else getattr(task, TASK_READ[field])
+    return field(task, direct, TASK_READ_OFF[index], TASK_READ[index])
 
 
 cdef object PENDING = TaskStatus.PENDING
@@ -268,10 +268,6 @@ cdef class _Copies:
         return found
 
 
-cdef inline object _field(object obj, bint direct, Py_ssize_t offset, str name):
-    return get(obj, offset) if direct else getattr(obj, name)
-
-
 def result_document(result, bint explain):
     """``kai.engine.SessionResult.to_json``, compiled."""
     cdef _Copies copies = _Copies()
@@ -281,45 +277,45 @@ def result_document(result, bint explain):
     for key, g in (<dict?>result.pod_groups).items():
         direct = GROUP_DIRECT and type(g) is PodGroupResult
         entry = _PyDict_NewPresized(8)  # room for every key: no resize on the way
-        entry["queue"] = _field(g, direct, GROUP_OFF[1], "queue")
-        entry["preemptible"] = _field(g, direct, GROUP_OFF[2], "preemptible")
-        entry["preemptibility"] = _field(g, direct, GROUP_OFF[3], "preemptibility")
-        entry["scheduled"] = _field(g, direct, GROUP_OFF[4], "scheduled")
-        entry["reason"] = _field(g, direct, GROUP_OFF[5], "reason")
-        value = _field(g, direct, GROUP_OFF[8], "annotations")
+        entry["queue"] = field(g, direct, GROUP_OFF[1], "queue")
+        entry["preemptible"] = field(g, direct, GROUP_OFF[2], "preemptible")
+        entry["preemptibility"] = field(g, direct, GROUP_OFF[3], "preemptibility")
+        entry["scheduled"] = field(g, direct, GROUP_OFF[4], "scheduled")
+        entry["reason"] = field(g, direct, GROUP_OFF[5], "reason")
+        value = field(g, direct, GROUP_OFF[8], "annotations")
         if value:
             entry["annotations"] = copies.of(value)
-        value = _field(g, direct, GROUP_OFF[9], "status")
+        value = field(g, direct, GROUP_OFF[9], "status")
         if value:
             entry["status"] = copies.of(value)
-        value = _field(g, direct, GROUP_OFF[7], "warnings")
+        value = field(g, direct, GROUP_OFF[7], "warnings")
         if value:
             entry["warnings"] = value
         if explain:
-            entry["explain"] = _field(g, direct, GROUP_OFF[6], "explain")
+            entry["explain"] = field(g, direct, GROUP_OFF[6], "explain")
         groups[key] = entry
     for d in <list?>result.decisions:
         direct = DECISION_DIRECT and type(d) is Decision
-        kind = _field(d, direct, DECISION_OFF[1], "type")
+        kind = field(d, direct, DECISION_OFF[1], "type")
         entry = _PyDict_NewPresized(7)
-        entry["action"] = _field(d, direct, DECISION_OFF[0], "action")
+        entry["action"] = field(d, direct, DECISION_OFF[0], "action")
         entry["type"] = kind
-        entry["pod"] = _field(d, direct, DECISION_OFF[6], "pod")
-        entry["node"] = _field(d, direct, DECISION_OFF[3], "node")
+        entry["pod"] = field(d, direct, DECISION_OFF[6], "pod")
+        entry["node"] = field(d, direct, DECISION_OFF[3], "node")
         if kind != "evict":
-            entry["gpuGroups"] = _field(d, direct, DECISION_OFF[4], "gpu_groups")
-        value = _field(d, direct, DECISION_OFF[5], "reason")
+            entry["gpuGroups"] = field(d, direct, DECISION_OFF[4], "gpu_groups")
+        value = field(d, direct, DECISION_OFF[5], "reason")
         if value is not None:
             entry["reason"] = value
-        value = _field(d, direct, DECISION_OFF[7], "pod_group_annotations")
+        value = field(d, direct, DECISION_OFF[7], "pod_group_annotations")
         if value:
             entry["podGroupAnnotations"] = copies.of(value)
         decisions.append(entry)
     for key, p in (<dict?>result.pods).items():
         direct = POD_DIRECT and type(p) is PodResult
         pods[key] = {
-            "status": _field(p, direct, POD_OFF[0], "status"),
-            "node": _field(p, direct, POD_OFF[1], "node"),
+            "status": field(p, direct, POD_OFF[0], "status"),
+            "node": field(p, direct, POD_OFF[1], "node"),
         }
     for name, q in (<dict?>result.queues).items():
         queues[name] = {

@@ -10,18 +10,48 @@ as one block.
 """
 
 from cpython cimport array
+from cpython.long cimport PyLong_FromVoidPtr
 
-from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, TaskStatus
+from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.framework.session import Decision, default_order_key
 
-from kai._fast.slots cimport layout, make
+from kai._fast.slots cimport field, layout, make, offsets_of
 
 cdef array.array INT64 = array.array("q")
 
 cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
 cdef object BINDING = TaskStatus.BINDING
+
+# The fields read of jobs and tasks, by index: at their offsets from a Job or a Task.
+cdef enum:
+    J_QUEUE, J_MIN_MEMBER, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_PRIORITY, J_CREATED, J_UID,
+    J_TASKS, J_COUNT
+cdef tuple JOB_READ = (
+    "queue", "min_member", "preemptibility", "preemptible", "priority",
+    "creation_timestamp", "uid", "tasks",
+)
+cdef enum:
+    T_STATUS, T_GPU_MEMORY, T_FRACTION, T_EVICTED, T_REQUEST, T_POD, T_COUNT
+cdef tuple TASK_READ = (
+    "status", "gpu_memory_mib", "gpu_fraction", "virtually_evicted", "request", "pod",
+)
+cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
+cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
+cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
+cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
+
+
+cdef inline object jf(object job, bint direct, int index):
+    """A field of a job: at its offset when ``direct`` (a Job, see JOB_SLOTS)."""
+    return field(job, direct, JOB_READ_OFF[index], JOB_READ[index])
+
+
+cdef inline object tf(object task, bint direct, int index):
+    """A field of a task: at its offset when ``direct`` (a Task, see TASK_SLOTS)."""
+    return field(task, direct, TASK_READ_OFF[index], TASK_READ[index])
+
 
 cdef tuple DECISION_FIELDS = (
     "action", "type", "task", "node", "gpu_groups", "reason", "pod", "pod_group_annotations",
@@ -46,37 +76,47 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
     cdef list job_tasks, pending
     cdef Py_ssize_t j = 0
     cdef Py_ssize_t active, nonpipe, pipelined, allocset
+    cdef bint direct, task_direct
     job_start.data.as_longlongs[0] = 0
     for job in jobs:
-        queue = job.queue
+        direct = JOB_SLOTS and type(job) is Job
+        queue = jf(job, direct, J_QUEUE)
         job_leaf.data.as_longlongs[j] = -1 if queue is None else qidx.get(queue, -1)
-        job_min.data.as_longlongs[j] = job.min_member
-        if job.preemptibility == SEMI_PREEMPTIBLE:
+        job_min.data.as_longlongs[j] = jf(job, direct, J_MIN_MEMBER)
+        if jf(job, direct, J_PREEMPTIBILITY) == SEMI_PREEMPTIBLE:
             job_np_mode.data.as_longlongs[j] = 2
         else:
-            job_np_mode.data.as_longlongs[j] = 0 if job.preemptible else 1
-        job_priority.data.as_longlongs[j] = -job.priority
-        ts = job.creation_timestamp
-        default_keys.append((1, 0.0, job.uid) if ts is None else (0, ts, job.uid))
-        job_tasks = job.tasks
-        if len(job_tasks) == 1 and job_tasks[0].status is PENDING:
+            job_np_mode.data.as_longlongs[j] = 0 if jf(job, direct, J_PREEMPTIBLE) else 1
+        job_priority.data.as_longlongs[j] = -jf(job, direct, J_PRIORITY)
+        ts = jf(job, direct, J_CREATED)
+        uid = jf(job, direct, J_UID)
+        default_keys.append((1, 0.0, uid) if ts is None else (0, ts, uid))
+        job_tasks = jf(job, direct, J_TASKS)
+        if len(job_tasks) == 1:
             t = job_tasks[0]
-            if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
-                return None
-            tasks.append(t)
-            job_start.data.as_longlongs[j + 1] = len(tasks)
-            j += 1
-            continue
+            task_direct = TASK_SLOTS and type(t) is Task
+            if tf(t, task_direct, T_STATUS) is PENDING:
+                if tf(t, task_direct, T_GPU_MEMORY) > 0 or (
+                    tf(t, task_direct, T_FRACTION) > 0 and not fractions
+                ):
+                    return None
+                tasks.append(t)
+                job_start.data.as_longlongs[j + 1] = len(tasks)
+                j += 1
+                continue
         pending = []
         active = nonpipe = pipelined = allocset = 0
         for t in job_tasks:
-            status = t.status
+            task_direct = TASK_SLOTS and type(t) is Task
+            status = tf(t, task_direct, T_STATUS)
             if status is PENDING:
-                if t.gpu_memory_mib > 0 or (t.gpu_fraction > 0 and not fractions):
+                if tf(t, task_direct, T_GPU_MEMORY) > 0 or (
+                    tf(t, task_direct, T_FRACTION) > 0 and not fractions
+                ):
                     return None
                 pending.append(t)
                 continue
-            if t.virtually_evicted:
+            if tf(t, task_direct, T_EVICTED):
                 return None
             if status in active_allocated:
                 active += 1
@@ -111,18 +151,21 @@ def task_columns(list tasks, dict node_index):
     cdef list nominated_at = []
     cdef list portions = []
     cdef Py_ssize_t i = 0, row = -1, s, unconstrained = -1
+    cdef bint direct
     last_request = None
     for t in tasks:
-        request = t.request
+        direct = TASK_SLOTS and type(t) is Task
+        request = tf(t, direct, T_REQUEST)
         if request is not last_request:
-            row = by_id.get(id(request), -1)
+            key = PyLong_FromVoidPtr(<void*>request)  # id(request), without a call
+            row = by_id.get(key, -1)
             if row < 0:
                 row = len(sources)
-                by_id[id(request)] = row
+                by_id[key] = row
                 sources.append(request)
             last_request = request
         rows.data.as_longlongs[i] = row
-        pod = t.pod
+        pod = tf(t, direct, T_POD)
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
             key = (
                 tuple(sorted(pod.node_selector.items())),
@@ -144,7 +187,7 @@ def task_columns(list tasks, dict node_index):
         nominated = pod.nominated_node_name
         if nominated:
             nominated_at.append((i, node_index.get(nominated, -1)))
-        fraction = t.gpu_fraction
+        fraction = tf(t, direct, T_FRACTION)
         if fraction > 0:
             portions.append((i, fraction))
         i += 1

@@ -46,6 +46,12 @@ cdef inline object get(object obj, Py_ssize_t offset):
     return <object>value
 
 
+cdef inline object field(object obj, bint direct, Py_ssize_t offset, str name):
+    """A field of ``obj``: read at ``offset`` when ``direct`` (``obj``'s type is exactly
+    the class the offset is of, see offsets_of), else looked up by ``name``."""
+    return get(obj, offset) if direct else getattr(obj, name)
+
+
 cdef inline bint layout(type cls, tuple names, Py_ssize_t* out) except -1:
     """Fill ``out`` with the offsets of ``names``, the fields of ``cls`` in order.
 
