@@ -959,8 +959,10 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
             ]
         )
         alike += 0.0
-        for row, values in zip(resource.tolist(), alike):
-            keys[row] = values.tobytes()
+        # Each row's bytes, sliced from the matrix's (a view per row costs more).
+        raw, width = alike.tobytes(), alike.shape[1] * alike.itemsize
+        for k, row in enumerate(resource.tolist()):
+            keys[row] = raw[k * width : (k + 1) * width]
     problems: dict[bytes, str] = {}
     rows = zip(
         range(len(failed)),
