@@ -750,6 +750,19 @@ def test_queue_sums_identical(seed: int) -> None:
     assert compiled == reference
     assert any(np.frombuffer(compiled[1]))  # something was charged
 
+    # Jobs and tasks of subclasses: read as attributes, not at the classes' offsets.
+    class SubJob(model.Job):
+        __slots__ = ()
+
+    class SubTask(model.Task):
+        __slots__ = ()
+
+    for job in ssn.jobs.values():
+        job.__class__ = SubJob
+        for task in job.tasks:
+            task.__class__ = SubTask
+    assert sums() == reference
+
 
 @needs_compiled
 def test_queue_sums_of_a_tree_deeper_than_the_compiled_sums_take() -> None:

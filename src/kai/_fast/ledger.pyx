@@ -26,6 +26,31 @@ from cpython.buffer cimport (
 )
 from libc.string cimport strcmp
 
+from kai.api.model import Job, Task
+
+from kai._fast.slots cimport field, offsets_of
+
+# The fields queue_sums reads of jobs and tasks, by index: at their offsets from a Job
+# or a Task (see kai/_fast/slots.pxd).
+cdef enum:
+    J_QUEUE, J_INVALID, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_TASKS, J_COUNT
+cdef tuple JOB_READ = ("queue", "invalid_reason", "preemptibility", "preemptible", "tasks")
+cdef enum:
+    T_STATUS, T_FRACTION, T_GPU_MEMORY, T_REQUEST, T_COUNT
+cdef tuple TASK_READ = ("status", "gpu_fraction", "gpu_memory_mib", "request")
+cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
+cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
+cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
+cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
+
+
+cdef inline object jf(object job, bint direct, int index):
+    return field(job, direct, JOB_READ_OFF[index], JOB_READ[index])
+
+
+cdef inline object tf(object task, bint direct, int index):
+    return field(task, direct, TASK_READ_OFF[index], TASK_READ[index])
+
 # The node's status kinds, as kai.api.model.charge_rows numbers them.
 cdef enum:
     ON_IDLE = 0
@@ -417,7 +442,7 @@ def queue_sums(
     cdef Py_ssize_t n_q, n_rows, i, width = 0
     cdef double vec[3]
     cdef double fraction
-    cdef bint allocated, charge_np, non_preemptible
+    cdef bint allocated, charge_np, non_preemptible, direct, task_direct
     cdef object path, job, task, status, core, request, last = None, shared
     cdef Py_ssize_t rows[MAX_QUEUE_DEPTH]
     for path in paths.values():
@@ -434,19 +459,21 @@ def queue_sums(
         ):
             raise IndexError(f"queue sums of {n_q} queues, paths to row {width - 1}")
         for job in jobs:
-            path = paths.get(job.queue)
-            if path is None or job.invalid_reason:
+            direct = JOB_SLOTS and type(job) is Job
+            path = paths.get(jf(job, direct, J_QUEUE))
+            if path is None or jf(job, direct, J_INVALID):
                 continue
             n_rows = len(path)
             for i in range(n_rows):
                 rows[i] = path[i]
-            if job.preemptibility == semi_preemptible:
+            if jf(job, direct, J_PREEMPTIBILITY) == semi_preemptible:
                 core = job.core_tasks()
             else:
                 core = ()
-            non_preemptible = not job.preemptible
-            for task in job.tasks:
-                status = task.status
+            non_preemptible = not jf(job, direct, J_PREEMPTIBLE)
+            for task in jf(job, direct, J_TASKS):
+                task_direct = TASK_SLOTS and type(task) is Task
+                status = tf(task, task_direct, T_STATUS)
                 if _is_any(status, allocated_statuses):
                     allocated = True
                     charge_np = (task in core) if core else non_preemptible
@@ -454,13 +481,13 @@ def queue_sums(
                     allocated = charge_np = False
                 else:
                     continue
-                fraction = task.gpu_fraction
-                if not fraction > 0 and task.gpu_memory_mib > 0:
+                fraction = tf(task, task_direct, T_FRACTION)
+                if not fraction > 0 and tf(task, task_direct, T_GPU_MEMORY) > 0:
                     shared = shared_vector(task, allocated)
                     vec[0], vec[1], vec[2] = shared[0], shared[1], shared[2]
                     last = None  # vec no longer holds a request's columns
                 else:
-                    request = task.request
+                    request = tf(task, task_direct, T_REQUEST)
                     if request is not last:  # neighbours mostly share it
                         _get(request, &vr, 0, 1)
                         try:
