@@ -344,6 +344,7 @@ def test_pod_and_group_results_identical(seed: int) -> None:
     reference's, for jobs and tasks read at their offsets and for ones of subclasses
     (read as attributes), with groups whose start annotations alternate."""
     from kai.engine import _Annotations, _collect
+    from kai.framework.session import Decision
     from kai.plugins import register_builtins
 
     collect = _fast.module("collect")
@@ -361,7 +362,30 @@ def test_pod_and_group_results_identical(seed: int) -> None:
         get_action(name)(ssn)
     starts = [job.new_start_timestamp for _, job in sorted(ssn.jobs.items())]
     assert len(set(starts)) > 1  # started and not: the annotations change from group to group
-    evictions = _collect.finish_decisions(ssn.decisions, _Annotations())
+    assert any(d.type == "bind" for d in ssn.decisions)
+
+    class SubDecision(Decision):
+        __slots__ = ()
+
+    def finished(decisions: list[Decision], finish: Any) -> tuple[Any, list[Decision]]:
+        return finish(decisions, _Annotations()), decisions
+
+    kept = [copy.copy(d) for d in ssn.decisions]
+    subclassed = [copy.copy(d) for d in ssn.decisions]
+    for d in subclassed:
+        d.__class__ = SubDecision
+    reference_decisions = finished([copy.copy(d) for d in kept], _collect.finish_decisions)
+    assert finished(kept, collect.finish_decisions) == reference_decisions
+    evictions, decisions = finished(subclassed, collect.finish_decisions)
+
+    def fields(records: list[Decision]) -> list[tuple[Any, ...]]:
+        return [dataclasses.astuple(d) for d in records]
+
+    assert {k: fields(v) for k, v in evictions.items()} == {
+        k: fields(v) for k, v in reference_decisions[0].items()
+    }
+    assert fields(decisions) == fields(reference_decisions[1])
+    evictions = reference_decisions[0]
     tasks, names = ssn.state.all_tasks(), ssn.nodes.names
 
     def results() -> tuple[Any, Any]:

@@ -334,13 +334,17 @@ def test_compiled_columns_match_the_reference(seed: int) -> None:
     pl_node = [i % n_nodes for i in pl_task]
     pl_pipe = [i % 4 == 0 for i in pl_task]
     states = []
-    for place in (fast_allocate.place_decisions, loop.place_decisions):
+    # The compiled placements of tasks written at their offsets, then as attributes.
+    placings = (fast_allocate.place_decisions, loop.place_decisions, loop.place_decisions)
+    for round_, place in enumerate(placings):
         for t in tasks:
             t.node, t.status = -1, TaskStatus.PENDING
+            if round_ == 2:
+                t.__class__ = SubTask
         node_tasks: list[set] = [set() for _ in range(n_nodes)]
         decisions: list = []
         devices = [f"gpu-{i}" if i % 3 == 0 else None for i in pl_task]
         names = ssn.nodes.names
         place(tasks, pl_task, pl_node, pl_pipe, devices, names, node_tasks, decisions, "allocate")
         states.append(([(t.node, t.status) for t in tasks], node_tasks, decisions))
-    assert states[0] == states[1]
+    assert states[0] == states[1] == states[2]

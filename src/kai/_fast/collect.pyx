@@ -21,7 +21,7 @@ from kai.engine import (
 )
 from kai.framework.session import Decision
 
-from kai._fast.slots cimport field, layout, new_object, offsets_of, put
+from kai._fast.slots cimport field, layout, new_object, offsets_of, put, replace
 
 
 cdef extern from "Python.h":
@@ -43,6 +43,9 @@ cdef tuple DECISION_FIELDS = (
 )
 cdef Py_ssize_t DECISION_OFF[8]
 cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
+# Decisions are also written at these offsets (finish_decisions): only while Decision
+# sets its attributes as object does.
+cdef bint DECISION_WRITABLE = DECISION_DIRECT and Decision.__setattr__ is object.__setattr__
 
 # The fields read of jobs and tasks, by index: at their offsets from a Job or a Task.
 cdef enum:
@@ -53,8 +56,8 @@ cdef tuple JOB_READ = (
     "warnings", "fit_errors", "new_start_timestamp", "stale_since_set",
 )
 cdef enum:
-    T_STATUS, T_NODE, T_POD, T_NAMESPACE, T_NAME, T_COUNT
-cdef tuple TASK_READ = ("status", "node", "pod", "namespace", "name")
+    T_STATUS, T_NODE, T_POD, T_NAMESPACE, T_NAME, T_JOB, T_COUNT
+cdef tuple TASK_READ = ("status", "node", "pod", "namespace", "name", "job")
 cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
 cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
 cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
@@ -84,14 +87,21 @@ def finish_decisions(list decisions, object annotations):
     cdef list records
     cdef object d, task, kind, job, key, last_start
     cdef object seen_start = None, seen_annotations = None
+    cdef bint direct, task_direct
     for d in decisions:
-        task = d.task
+        direct = DECISION_WRITABLE and type(d) is Decision
+        task = field(d, direct, DECISION_OFF[2], "task")
         if task is None:
             continue  # collected already
-        d.pod = f"{task.namespace}/{task.name}"
-        kind = d.type
+        task_direct = TASK_SLOTS and type(task) is Task
+        pod = f"{tf(task, task_direct, T_NAMESPACE)}/{tf(task, task_direct, T_NAME)}"
+        if direct:
+            replace(d, DECISION_OFF[6], pod)
+        else:
+            d.pod = pod
+        kind = field(d, direct, DECISION_OFF[1], "type")
         if kind == "evict":
-            job = task.job
+            job = tf(task, task_direct, T_JOB)
             if job is not None:
                 key = f"{job.namespace}/{job.name}"
                 records = evictions.get(key)
@@ -100,16 +110,22 @@ def finish_decisions(list decisions, object annotations):
                 else:
                     records.append(d)
         elif kind == "bind":
-            job = task.job
+            job = tf(task, task_direct, T_JOB)
             if job is not None:
-                last_start = job.new_start_timestamp
+                last_start = jf(job, JOB_SLOTS and type(job) is Job, J_NEW_START)
                 if last_start is not None:
                     # A session starts its jobs at one time: the same mapping again.
                     if last_start is not seen_start:
                         seen_annotations = annotations(last_start)
                         seen_start = last_start
-                    d.pod_group_annotations = seen_annotations
-        d.task = None
+                    if direct:
+                        replace(d, DECISION_OFF[7], seen_annotations)
+                    else:
+                        d.pod_group_annotations = seen_annotations
+        if direct:
+            replace(d, DECISION_OFF[2], None)
+        else:
+            d.task = None
     return evictions
 
 

@@ -16,7 +16,7 @@ from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.framework.session import Decision, default_order_key
 
-from kai._fast.slots cimport field, layout, make, offsets_of
+from kai._fast.slots cimport field, layout, new_object, offsets_of, put, replace
 
 cdef array.array INT64 = array.array("q")
 
@@ -33,14 +33,19 @@ cdef tuple JOB_READ = (
     "creation_timestamp", "uid", "tasks",
 )
 cdef enum:
-    T_STATUS, T_GPU_MEMORY, T_FRACTION, T_EVICTED, T_REQUEST, T_POD, T_COUNT
+    T_STATUS, T_GPU_MEMORY, T_FRACTION, T_EVICTED, T_REQUEST, T_POD, T_NODE, T_COUNT
 cdef tuple TASK_READ = (
     "status", "gpu_memory_mib", "gpu_fraction", "virtually_evicted", "request", "pod",
+    "node",
 )
 cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
 cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
 cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
-cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
+# Tasks are also written at these offsets (place_decisions): only while Task sets its
+# attributes as object does.
+cdef bint TASK_SLOTS = (
+    offsets_of(Task, TASK_READ, TASK_READ_OFF) and Task.__setattr__ is object.__setattr__
+)
 
 
 cdef inline object jf(object job, bint direct, int index):
@@ -199,24 +204,41 @@ def place_decisions(
     list node_tasks, list decisions, action,
 ):
     """``kai.actions.fast_allocate.place_decisions``, compiled."""
-    cdef Py_ssize_t k, node
+    cdef Py_ssize_t k
+    cdef bint direct
     for k in range(len(pl_task)):
         task = tasks[<Py_ssize_t>pl_task[k]]
         node = pl_node[k]
-        task.node = node
-        (<set>node_tasks[node]).add(task)
         if pl_pipe[k]:
-            task.status = PIPELINED
+            status = PIPELINED
             kind = "pipeline"
         else:
-            task.status = BINDING
+            status = BINDING
             kind = "bind"
+        direct = TASK_SLOTS and type(task) is Task
+        if direct:
+            replace(task, TASK_READ_OFF[T_NODE], node)
+            replace(task, TASK_READ_OFF[T_STATUS], status)
+        else:
+            task.node = node
+            task.status = status
+        (<set>node_tasks[<Py_ssize_t>node]).add(task)
         device = None if pl_device is None else pl_device[k]
         groups = [] if device is None else [device]
-        decisions.append(
-            make(Decision, DECISION_DIRECT, DECISION_OFF,
-                 (action, kind, task, names[node], groups, None, "", None))
-        )
+        if DECISION_DIRECT:
+            # Decision's fields (DECISION_FIELDS), written one by one.
+            decision = new_object(Decision)
+            put(decision, DECISION_OFF[0], action)
+            put(decision, DECISION_OFF[1], kind)
+            put(decision, DECISION_OFF[2], task)
+            put(decision, DECISION_OFF[3], names[<Py_ssize_t>node])
+            put(decision, DECISION_OFF[4], groups)
+            put(decision, DECISION_OFF[5], None)
+            put(decision, DECISION_OFF[6], "")
+            put(decision, DECISION_OFF[7], None)
+        else:
+            decision = Decision(action, kind, task, names[<Py_ssize_t>node], groups)
+        decisions.append(decision)
 
 
 def direct():

@@ -10,7 +10,7 @@
 # make them wrong.
 
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 cdef extern from "Python.h":
     ctypedef struct PyMemberDef:
@@ -36,6 +36,15 @@ cdef inline void put(object obj, Py_ssize_t offset, object value) noexcept:
     """Set an unset slot of a new object (no reference is released)."""
     Py_INCREF(value)
     (<PyObject**>((<char*><PyObject*>obj) + offset))[0] = <PyObject*>value
+
+
+cdef inline void replace(object obj, Py_ssize_t offset, object value) noexcept:
+    """Set a slot of an object, releasing the value it held (if any)."""
+    cdef PyObject** slot = <PyObject**>((<char*><PyObject*>obj) + offset)
+    cdef PyObject* old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    Py_XDECREF(old)
 
 
 cdef inline object get(object obj, Py_ssize_t offset):
