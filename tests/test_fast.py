@@ -318,6 +318,34 @@ def test_state_identical(seed: int) -> None:
     compiled, reference = _both(build_state, objects)
     assert _state_view(compiled) == _state_view(reference)
 
+    # Parsed pods and pod groups of subclasses are read as attributes, not at the
+    # offsets: here the subclasses' properties shadow two fields.
+    from kai.api.objects import PodGroupObject, PodObject
+
+    class SubPod(PodObject):
+        __slots__ = ()
+
+        @property  # type: ignore[override]
+        def priority(self) -> int:
+            return 7
+
+    class SubGroup(PodGroupObject):
+        __slots__ = ()
+
+        @property  # type: ignore[override]
+        def priority_class_name(self) -> None:
+            return None
+
+    for pod in objects.pods:
+        pod.__class__ = SubPod
+    for group in objects.pod_groups:
+        group.__class__ = SubGroup
+    compiled, shadowed = _both(build_state, objects)
+    assert _state_view(compiled) == _state_view(shadowed)
+    assert {job.priority for job in compiled.jobs.values()} != {
+        job.priority for job in reference.jobs.values()
+    }
+
 
 @needs_compiled
 @pytest.mark.parametrize("seed", SEEDS)
