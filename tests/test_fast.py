@@ -367,6 +367,61 @@ def test_session_result_identical(seed: int) -> None:
 
 @needs_compiled
 @pytest.mark.parametrize("seed", SEEDS[:5])
+def test_scanned_jobs_identical(seed: int) -> None:
+    """The compiled scan of the jobs an action may try keeps the reference's jobs, in
+    order, collects the same jobs with a pending pod and records the same fit errors,
+    under every filter, with a last check, and for jobs and tasks of subclasses."""
+    from kai.actions.common import scan_jobs
+    from kai.plugins import register_builtins
+
+    loop = _fast.module("loop")
+    assert loop is not None
+    register_builtins()
+    snapshot = Snapshot.from_objects(_docs(seed))
+    ssn = Session(snapshot.state(), snapshot.scheduler_config(FULL), now=NOW)
+    ssn.open(snapshot.scheduler_config(FULL).build_plugins())
+    jobs = list(ssn.jobs.values())
+    rng = random.Random(seed)
+    for job in rng.sample(jobs, len(jobs) // 4):  # gangs short of pods, for some
+        job.min_member = rng.randint(1, 4)
+
+    def refuse_some(job: model.Job) -> str | None:
+        return "refused" if job.name.endswith(("1", "5")) else None
+
+    def scan(fn: Any, pending_only: bool, preemptible_only: bool, check: Any) -> Any:
+        for job in jobs:
+            job.fit_errors = []
+        with_pending: list[model.Job] = []
+        out = fn(ssn, jobs, with_pending, pending_only, preemptible_only, check)
+        errors = {job.key: list(job.fit_errors) for job in jobs}
+        return [j.key for j in out], [j.key for j in with_pending], errors
+
+    cases = [
+        (pending, preemptible, check)
+        for pending in (True, False)
+        for preemptible in (False, True)
+        for check in (None, refuse_some)
+    ]
+    expected = [scan(scan_jobs, *case) for case in cases]
+    recorded = {m for _, _, errors in expected for ms in errors.values() for m in ms}
+    assert "refused" in recorded and any(m.startswith("PodGroup has") for m in recorded)
+    assert [scan(loop.scan_jobs, *case) for case in cases] == expected
+
+    class SubJob(model.Job):
+        __slots__ = ()
+
+    class SubTask(model.Task):
+        __slots__ = ()
+
+    for job in jobs:
+        job.__class__ = SubJob
+        for task in job.tasks:
+            task.__class__ = SubTask
+    assert [scan(loop.scan_jobs, *case) for case in cases] == expected
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:5])
 def test_pod_and_group_results_identical(seed: int) -> None:
     """The compiled per-pod and per-group results of a scheduled session are the
     reference's, for jobs and tasks read at their offsets and for ones of subclasses

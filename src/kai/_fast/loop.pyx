@@ -1,18 +1,20 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled per-job and per-task loops around the fused allocate loop.
+"""Compiled per-job and per-task loops of the actions and the fused allocate loop.
 
+``scan_jobs`` picks the jobs an action may try (every action starts with it).
 ``job_columns`` and ``task_columns`` read every job and pending task of a session into
 the loop's columns; ``place_decisions`` puts the placed tasks on their nodes and makes
-their decisions. They are ``kai.actions.fast_allocate``'s functions of the same names,
-which stay the reference: both give the same columns and the same state. Integer
-columns come as ``array('q')`` rather than lists: the same values, which numpy takes
-as one block.
+their decisions. Each is the compiled form of the Python function of the same name
+(``kai.actions.common.scan_jobs``, the others ``kai.actions.fast_allocate``'s), which
+stays the reference: both give the same jobs, columns and state. Integer columns come
+as ``array('q')`` rather than lists: the same values, which numpy takes as one block.
 """
 
 from cpython cimport array
 from cpython.long cimport PyLong_FromVoidPtr
 
-from kai.api.model import ACTIVE_ALLOCATED, ALLOCATED, Job, Task, TaskStatus
+from kai.actions.common import job_unready_reason
+from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ALLOCATED, Job, Task, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.framework.session import Decision, default_order_key
 
@@ -27,10 +29,10 @@ cdef object BINDING = TaskStatus.BINDING
 # The fields read of jobs and tasks, by index: at their offsets from a Job or a Task.
 cdef enum:
     J_QUEUE, J_MIN_MEMBER, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_PRIORITY, J_CREATED, J_UID,
-    J_TASKS, J_COUNT
+    J_TASKS, J_INVALID, J_COUNT
 cdef tuple JOB_READ = (
     "queue", "min_member", "preemptibility", "preemptible", "priority",
-    "creation_timestamp", "uid", "tasks",
+    "creation_timestamp", "uid", "tasks", "invalid_reason",
 )
 cdef enum:
     T_STATUS, T_GPU_MEMORY, T_FRACTION, T_EVICTED, T_REQUEST, T_POD, T_NODE, T_COUNT
@@ -63,6 +65,46 @@ cdef tuple DECISION_FIELDS = (
 )
 cdef Py_ssize_t DECISION_OFF[8]
 cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
+
+
+def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_only, check):
+    """``kai.actions.common.scan_jobs``, compiled."""
+    cdef list out = []
+    cdef frozenset alive_statuses = ALIVE
+    cdef Py_ssize_t alive
+    cdef bint has_pending, direct, task_direct
+    record = ssn.record_fit_error
+    for job in jobs:
+        direct = JOB_SLOTS and type(job) is Job
+        invalid = jf(job, direct, J_INVALID)
+        if invalid:
+            record(job, invalid)
+            continue
+        alive = 0
+        has_pending = False
+        for t in <list?>jf(job, direct, J_TASKS):
+            task_direct = TASK_SLOTS and type(t) is Task
+            status = tf(t, task_direct, T_STATUS)
+            if status in alive_statuses:
+                alive += 1
+                if status is PENDING:
+                    has_pending = True
+        if with_pending is not None and has_pending:
+            with_pending.append(job)
+        if pending_only and not has_pending:
+            continue
+        if alive < jf(job, direct, J_MIN_MEMBER):
+            record(job, job_unready_reason(job))
+            continue
+        if preemptible_only and not jf(job, direct, J_PREEMPTIBLE):
+            continue
+        if check is not None:
+            problem = check(job)
+            if problem:
+                record(job, problem)
+                continue
+        out.append(job)
+    return out
 
 
 def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint fractions):

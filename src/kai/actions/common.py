@@ -9,6 +9,7 @@ from operator import itemgetter
 
 import numpy as np
 
+from kai import _fast
 from kai.actions.fast_allocate import AlikePicks, NodePicker
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, Job, Task, TaskStatus
 from kai.api.resources import INSUFFICIENT_RESOURCES, describe_failures
@@ -45,14 +46,41 @@ def schedulable_jobs(
     are kept and later calls (one per action) look only at those; an invalid job's
     reason is recorded by the first call.
     """
-    out = []
-    pending_status = TaskStatus.PENDING
-    check_valid = bool(ssn.registered("job_valid"))
     with_pending: list[Job] | None = ssn.cache.get(PENDING_AT_START)
     first = with_pending is None
     if with_pending is None:
         with_pending = ssn.cache[PENDING_AT_START] = []
-    for job in ssn.jobs.values() if first or not pending_only else with_pending:
+    jobs = ssn.jobs.values() if first or not pending_only else with_pending
+    compiled = _fast.module("loop")
+    scan = scan_jobs if compiled is None else compiled.scan_jobs
+    return scan(
+        ssn,
+        jobs,
+        with_pending if first else None,
+        pending_only,
+        preemptible_only,
+        _later_checks(ssn, check_preemption_delay),
+    )
+
+
+def scan_jobs(
+    ssn: Session,
+    jobs: Iterable[Job],
+    with_pending: list[Job] | None,
+    pending_only: bool,
+    preemptible_only: bool,
+    check: Callable[[Job], str | None] | None,
+) -> list[Job]:
+    """The jobs of ``jobs`` that pass :func:`schedulable_jobs`' filters, in order, with
+    the fit error of each one that a filter refuses recorded; ``with_pending`` (when
+    given) receives every job with a pending task, and ``check`` (when given) is asked
+    last.
+
+    The reference of ``kai._fast.loop.scan_jobs``, which does the same.
+    """
+    out = []
+    pending_status = TaskStatus.PENDING
+    for job in jobs:
         if job.invalid_reason:
             ssn.record_fit_error(job, job.invalid_reason)
             continue
@@ -70,7 +98,7 @@ def schedulable_jobs(
                     alive += 1
                     if status is pending_status:
                         has_pending = True
-        if first and has_pending:
+        if with_pending is not None and has_pending:
             with_pending.append(job)
         if pending_only and not has_pending:
             continue
@@ -79,21 +107,35 @@ def schedulable_jobs(
             continue
         if preemptible_only and not job.preemptible:
             continue
+        if check is not None:
+            problem = check(job)
+            if problem:
+                ssn.record_fit_error(job, problem)
+                continue
+        out.append(job)
+    return out
+
+
+def _later_checks(ssn: Session, check_preemption_delay: bool) -> Callable[[Job], str | None] | None:
+    """The checks :func:`scan_jobs` asks of a job last (its preemption delay, and the
+    plugins' job_valid), or None when there are none."""
+    check_valid = bool(ssn.registered("job_valid"))
+    if not check_valid and not check_preemption_delay:
+        return None
+
+    def check(job: Job) -> str | None:
         if check_preemption_delay and job.preemption_delay:
             base = max(
                 (t for t in (job.creation_timestamp, job.last_eviction_timestamp) if t),
                 default=None,
             )
             if base is not None and ssn.now < base + timedelta(seconds=job.preemption_delay):
-                ssn.record_fit_error(job, "PreemptionDelayNotElapsed")
-                continue
+                return "PreemptionDelayNotElapsed"
         if check_valid:
-            problem = ssn.job_valid(job)
-            if problem:
-                ssn.record_fit_error(job, problem)
-                continue
-        out.append(job)
-    return out
+            return ssn.job_valid(job)
+        return None
+
+    return check
 
 
 class _Entry:
