@@ -261,6 +261,7 @@ def _state_view(state: ClusterState) -> dict[str, Any]:
         "tasks": tasks,
         "jobs": jobs,
         "job_order": list(state.jobs),
+        "allocatable": nodes.allocatable.tolist(),
         "used": nodes.used.tolist(),
         "idle": nodes.idle.tolist(),
         "releasing": nodes.releasing.tolist(),
@@ -761,6 +762,38 @@ def test_add_at_identical(seed: int) -> None:
         with pytest.raises(IndexError):
             ledger.add_at(target, np.array([3, 50]), np.ones((2, *shape[1:])))
         assert target.tobytes() == before
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:4])
+def test_node_rows_identical(seed: int) -> None:
+    """The nodes' allocatable matrix is the same compiled or not: resources the table
+    has no column for left out, declared and default pod capacities, maps that are not
+    dicts; a column out of the matrix is refused."""
+    from types import MappingProxyType
+
+    from kai.api.objects import NodeObject
+
+    build = _fast.module("build")
+    assert build is not None
+    rng = random.Random(seed)
+    names = ["cpu", "memory", "nvidia.com/gpu", "pods", "example.com/fpga", "unknown"]
+    column_of = {name: i for i, name in enumerate(names[:-1])}
+    nodes = []
+    for i in range(40):
+        declared = rng.sample(names, rng.randint(0, len(names)))
+        alloc: Any = {name: round(rng.random() * 1e4, rng.randint(0, 3)) for name in declared}
+        if i % 5 == 0:
+            alloc = MappingProxyType(alloc)
+        nodes.append(NodeObject(name=f"node-{i}", allocatable=alloc))
+    width = len(column_of) + 1  # a column no resource takes stays 0
+    reference = model.node_rows(nodes, column_of, width, column_of["pods"], 110.0)
+    compiled = build.node_rows(nodes, column_of, width, column_of["pods"], 110.0)
+    assert compiled.dtype == reference.dtype and compiled.shape == reference.shape
+    assert compiled.tobytes() == reference.tobytes()
+    assert not build.node_rows([], column_of, width, 3, 110.0).size
+    with pytest.raises(IndexError):
+        build.node_rows(nodes, {**column_of, "unknown": width}, width, 3, 110.0)
 
 
 @needs_compiled

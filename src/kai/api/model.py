@@ -556,6 +556,43 @@ def row_functions() -> RowFunctions:
     )
 
 
+#: The pods a node takes when it declares no ``pods`` capacity (the kubelet's default).
+KUBELET_MAX_PODS = 110.0
+
+
+def node_rows(
+    nodes: list[NodeObject],
+    column_of: dict[str, int],
+    width: int,
+    pods_column: int,
+    pods_default: float,
+) -> np.ndarray:
+    """The allocatable matrix of ``nodes``, one row each: a node's allocatable values at
+    their resources' columns (a resource without one is left out), and
+    ``pods_default`` in ``pods_column`` unless the node declares its pods.
+
+    The reference of ``kai._fast.build.node_rows``, which gives the same matrix.
+    """
+    # Rows built as Python lists and converted once: nodes of one pool mostly declare
+    # the same resources, so the column lookups are shared per key set.
+    rows: list[list[float]] = []
+    columns: dict[tuple[str, ...], list[int | None]] = {}
+    zero = [0.0] * width
+    for node in nodes:
+        alloc = node.allocatable
+        names = tuple(alloc)
+        cols = columns.get(names)
+        if cols is None:
+            cols = columns[names] = [column_of.get(name) for name in names]
+        row = zero.copy()
+        row[pods_column] = pods_default
+        for col, value in zip(cols, alloc.values()):
+            if col is not None:
+                row[col] = value
+        rows.append(row)
+    return np.array(rows, dtype=np.float64).reshape(len(nodes), width)
+
+
 class NodeTable:
     """All nodes of the snapshot, columnar; index order is node-name order."""
 
@@ -569,25 +606,10 @@ class NodeTable:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.resources = table
         n, r = len(nodes), len(table)
-        # Rows built as Python lists and converted once: nodes of one pool mostly
-        # declare the same resources, so the column lookups are shared per key set.
-        rows: list[list[float]] = []
-        columns: dict[tuple[str, ...], list[int | None]] = {}
-        zero = [0.0] * r
-        pods_col = table.index["pods"]
-        for node in nodes:
-            alloc = node.allocatable
-            names = tuple(alloc)
-            cols = columns.get(names)
-            if cols is None:
-                cols = columns[names] = [table.index.get(name) for name in names]
-            row = zero.copy()
-            row[pods_col] = 110.0  # the kubelet's default pod capacity
-            for col, value in zip(cols, alloc.values()):
-                if col is not None:
-                    row[col] = value
-            rows.append(row)
-        self.allocatable = np.array(rows, dtype=np.float64).reshape(n, r)
+        build = _fast.module("build")
+        self.allocatable = (node_rows if build is None else build.node_rows)(
+            nodes, table.index, r, table.index["pods"], KUBELET_MAX_PODS
+        )
         self.idle = self.allocatable.copy()
         self.releasing = np.zeros((n, r), dtype=np.float64)
         self.used = np.zeros((n, r), dtype=np.float64)
