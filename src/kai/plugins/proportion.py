@@ -310,7 +310,8 @@ class ProportionPlugin(Plugin):
 
     @staticmethod
     def _as_dict(vec: np.ndarray) -> dict[str, float]:
-        return {"gpu": float(vec[Q_GPU]), "cpu": float(vec[Q_CPU]), "memory": float(vec[Q_MEMORY])}
+        values = vec.tolist()  # Python floats, as float() of each element gives
+        return {"gpu": values[Q_GPU], "cpu": values[Q_CPU], "memory": values[Q_MEMORY]}
 
     def _build_shares(self, ssn: Session) -> None:
         queues = sorted(

@@ -153,9 +153,12 @@ def missing_pod_group(key: tuple[str, str]) -> str:
 def _charge_placed(nodes: NodeTable, placed: list[Task]) -> None:
     """Charge the tasks already on a node (in state order) to their nodes."""
     not_idle = (TaskStatus.RELEASING, TaskStatus.PIPELINED)  # add_task's other cases
-    if placed and not any(
-        t.status in not_idle or t.gpu_fraction > 0 or t.gpu_memory_mib > 0 for t in placed
-    ):
+    bulk = bool(placed)
+    for t in placed:  # a loop: no generator frame per task, as any() over one takes
+        if t.status in not_idle or t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+            bulk = False
+            break
+    if bulk:
         # What add_task does per task, in bulk: the rows are added in task order, so
         # the sums are bit-identical to charging the tasks one at a time (and x - y is
         # x + -y, bit for bit).
