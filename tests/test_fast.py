@@ -227,6 +227,23 @@ def _both(fn, *args):  # type: ignore[no-untyped-def]
     return compiled, reference
 
 
+class _SubJob(model.Job):
+    __slots__ = ()
+
+
+class _SubTask(model.Task):
+    __slots__ = ()
+
+
+def _as_subclasses(jobs: Any) -> None:
+    """Make ``jobs`` and their tasks objects of subclasses of Job and Task: the compiled
+    code then reads them as attributes, not at the classes' offsets."""
+    for job in jobs:
+        job.__class__ = _SubJob
+        for task in job.tasks:
+            task.__class__ = _SubTask
+
+
 def _state_view(state: ClusterState) -> dict[str, Any]:
     """Everything a session reads of a state, with objects named instead of compared."""
     tasks = [
@@ -408,16 +425,7 @@ def test_scanned_jobs_identical(seed: int) -> None:
     assert "refused" in recorded and any(m.startswith("PodGroup has") for m in recorded)
     assert [scan(loop.scan_jobs, *case) for case in cases] == expected
 
-    class SubJob(model.Job):
-        __slots__ = ()
-
-    class SubTask(model.Task):
-        __slots__ = ()
-
-    for job in jobs:
-        job.__class__ = SubJob
-        for task in job.tasks:
-            task.__class__ = SubTask
+    _as_subclasses(jobs)
     assert [scan(loop.scan_jobs, *case) for case in cases] == expected
 
 
@@ -484,16 +492,7 @@ def test_pod_and_group_results_identical(seed: int) -> None:
     )
     assert results() == reference
 
-    class SubJob(model.Job):
-        __slots__ = ()
-
-    class SubTask(model.Task):
-        __slots__ = ()
-
-    for job in ssn.jobs.values():
-        job.__class__ = SubJob
-        for task in job.tasks:
-            task.__class__ = SubTask
+    _as_subclasses(ssn.jobs.values())
     assert results() == reference
 
 
@@ -891,16 +890,7 @@ def test_queue_sums_identical(seed: int) -> None:
     assert any(np.frombuffer(compiled[1]))  # something was charged
 
     # Jobs and tasks of subclasses: read as attributes, not at the classes' offsets.
-    class SubJob(model.Job):
-        __slots__ = ()
-
-    class SubTask(model.Task):
-        __slots__ = ()
-
-    for job in ssn.jobs.values():
-        job.__class__ = SubJob
-        for task in job.tasks:
-            task.__class__ = SubTask
+    _as_subclasses(ssn.jobs.values())
     assert sums() == reference
 
 
