@@ -30,24 +30,23 @@ from kai.snapshot.builder import (
 from cpython cimport array
 from cpython.long cimport PyLong_FromVoidPtr
 
+from kai._fast.fields cimport (
+    J_COUNT, J_CREATED, J_DELAY, J_FIT_ERRORS, J_GRACE, J_INVALID, J_LAST_EVICTION,
+    J_LAST_START, J_MIN_MEMBER, J_NAME, J_NAMESPACE, J_NEW_START, J_POD_GROUP,
+    J_PREEMPTIBILITY, J_PREEMPTIBLE, J_PRIORITY, J_QUEUE, J_STALE, J_STALE_SET, J_TASKS,
+    J_UID, J_WARNINGS, T_COUNT, T_CREATED, T_EVICTED, T_FRACTION, T_GPU_GROUP,
+    T_GPU_MEMORY, T_JOB, T_NAME, T_NAMESPACE, T_NODE, T_POD, T_REQUEST, T_STATUS, T_UID,
+    job_fields, task_fields,
+)
 from kai._fast.slots cimport get, layout, new_object, offsets_of, put
 
-cdef tuple TASK_FIELDS = (
-    "uid", "name", "namespace", "job", "request", "status", "pod", "node",
-    "gpu_fraction", "gpu_memory_mib", "gpu_group", "creation_timestamp",
-    "virtually_evicted",
+cdef Py_ssize_t TASK_OFF[T_COUNT]
+cdef Py_ssize_t JOB_OFF[J_COUNT]
+# Whether Task and Job still have the fields of kai/_fast/fields.pxd (else: made
+# through the classes).
+cdef bint DIRECT = (
+    layout(Task, task_fields(), TASK_OFF) and layout(Job, job_fields(), JOB_OFF)
 )
-cdef tuple JOB_FIELDS = (
-    "uid", "name", "namespace", "queue", "priority", "min_member", "preemptible",
-    "preemptibility", "creation_timestamp", "tasks", "pod_group",
-    "last_start_timestamp", "stale_timestamp", "last_eviction_timestamp",
-    "staleness_grace_period", "preemption_delay", "invalid_reason", "warnings",
-    "fit_errors", "new_start_timestamp", "stale_since_set",
-)
-cdef Py_ssize_t TASK_OFF[13]
-cdef Py_ssize_t JOB_OFF[21]
-# Whether Task and Job still have the fields above (else: made through the classes).
-cdef bint DIRECT = layout(Task, TASK_FIELDS, TASK_OFF) and layout(Job, JOB_FIELDS, JOB_OFF)
 
 # The fields read of parsed pods and pod groups, by index.
 cdef enum:
@@ -176,21 +175,21 @@ cdef class _Maker:
         if not DIRECT:
             return Task(uid, name, namespace, job, request, status, pod, node, ZERO, ZERO,
                         None, created, False)
-        # Written field by field (TASK_FIELDS): no tuple of them made and freed per pod.
+        # Written field by field: no tuple of them made and freed per pod.
         task = new_object(Task)
-        put(task, TASK_OFF[0], uid)
-        put(task, TASK_OFF[1], name)
-        put(task, TASK_OFF[2], namespace)
-        put(task, TASK_OFF[3], job)
-        put(task, TASK_OFF[4], request)
-        put(task, TASK_OFF[5], status)
-        put(task, TASK_OFF[6], pod)
-        put(task, TASK_OFF[7], node)
-        put(task, TASK_OFF[8], ZERO)
-        put(task, TASK_OFF[9], ZERO)
-        put(task, TASK_OFF[10], None)
-        put(task, TASK_OFF[11], created)
-        put(task, TASK_OFF[12], False)
+        put(task, TASK_OFF[T_UID], uid)
+        put(task, TASK_OFF[T_NAME], name)
+        put(task, TASK_OFF[T_NAMESPACE], namespace)
+        put(task, TASK_OFF[T_JOB], job)
+        put(task, TASK_OFF[T_REQUEST], request)
+        put(task, TASK_OFF[T_STATUS], status)
+        put(task, TASK_OFF[T_POD], pod)
+        put(task, TASK_OFF[T_NODE], node)
+        put(task, TASK_OFF[T_FRACTION], ZERO)
+        put(task, TASK_OFF[T_GPU_MEMORY], ZERO)
+        put(task, TASK_OFF[T_GPU_GROUP], None)
+        put(task, TASK_OFF[T_CREATED], created)
+        put(task, TASK_OFF[T_EVICTED], False)
         return task
 
     cdef object priority(self, object pg, list pods):
@@ -259,30 +258,30 @@ cdef class _Maker:
             grace = gf(pg, G_GRACE)
             delay = gf(pg, G_DELAY)
         if DIRECT:
-            # What Job.__init__ sets (JOB_FIELDS), with the pod group's fields read at
+            # What Job.__init__ sets, with the pod group's fields read at
             # their offsets, written field by field.
             job = new_object(Job)
-            put(job, JOB_OFF[0], uid)
-            put(job, JOB_OFF[1], name)
-            put(job, JOB_OFF[2], namespace)
-            put(job, JOB_OFF[3], queue)
-            put(job, JOB_OFF[4], priority)
-            put(job, JOB_OFF[5], min_member)
-            put(job, JOB_OFF[6], preemptible)
-            put(job, JOB_OFF[7], value)
-            put(job, JOB_OFF[8], created)
-            put(job, JOB_OFF[9], tasks)
-            put(job, JOB_OFF[10], pg)
-            put(job, JOB_OFF[11], last_start)
-            put(job, JOB_OFF[12], stale)
-            put(job, JOB_OFF[13], last_eviction)
-            put(job, JOB_OFF[14], grace)
-            put(job, JOB_OFF[15], delay)
-            put(job, JOB_OFF[16], None)
-            put(job, JOB_OFF[17], [warning] if warning else [])
-            put(job, JOB_OFF[18], [])
-            put(job, JOB_OFF[19], None)
-            put(job, JOB_OFF[20], None)
+            put(job, JOB_OFF[J_UID], uid)
+            put(job, JOB_OFF[J_NAME], name)
+            put(job, JOB_OFF[J_NAMESPACE], namespace)
+            put(job, JOB_OFF[J_QUEUE], queue)
+            put(job, JOB_OFF[J_PRIORITY], priority)
+            put(job, JOB_OFF[J_MIN_MEMBER], min_member)
+            put(job, JOB_OFF[J_PREEMPTIBLE], preemptible)
+            put(job, JOB_OFF[J_PREEMPTIBILITY], value)
+            put(job, JOB_OFF[J_CREATED], created)
+            put(job, JOB_OFF[J_TASKS], tasks)
+            put(job, JOB_OFF[J_POD_GROUP], pg)
+            put(job, JOB_OFF[J_LAST_START], last_start)
+            put(job, JOB_OFF[J_STALE], stale)
+            put(job, JOB_OFF[J_LAST_EVICTION], last_eviction)
+            put(job, JOB_OFF[J_GRACE], grace)
+            put(job, JOB_OFF[J_DELAY], delay)
+            put(job, JOB_OFF[J_INVALID], None)
+            put(job, JOB_OFF[J_WARNINGS], [warning] if warning else [])
+            put(job, JOB_OFF[J_FIT_ERRORS], [])
+            put(job, JOB_OFF[J_NEW_START], None)
+            put(job, JOB_OFF[J_STALE_SET], None)
         else:
             job = Job(uid, name, namespace, queue, priority, min_member, preemptible, value,
                       created, tasks, pg)

@@ -21,7 +21,14 @@ from kai.engine import (
 )
 from kai.framework.session import Decision
 
-from kai._fast.slots cimport field, layout, new_object, offsets_of, put, replace
+from kai._fast.fields cimport (
+    D_ACTION, D_ANNOTATIONS, D_COUNT, D_GPU_GROUPS, D_NODE, D_POD, D_REASON, D_TASK,
+    D_TYPE, J_COUNT, J_FIT_ERRORS, J_INVALID, J_MIN_MEMBER, J_NEW_START,
+    J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_STALE_SET, J_TASKS, J_WARNINGS, T_COUNT,
+    T_JOB, T_NAME, T_NAMESPACE, T_NODE, T_POD, T_STATUS, decision_field, decision_fields,
+    job_field, job_fields, sets_as_object, task_field, task_fields,
+)
+from kai._fast.slots cimport field, layout, new_object, put, replace
 
 
 cdef extern from "Python.h":
@@ -38,41 +45,14 @@ cdef Py_ssize_t POD_OFF[2]
 cdef Py_ssize_t GROUP_OFF[13]
 cdef bint POD_DIRECT = layout(PodResult, POD_FIELDS, POD_OFF)
 cdef bint GROUP_DIRECT = layout(PodGroupResult, GROUP_FIELDS, GROUP_OFF)
-cdef tuple DECISION_FIELDS = (
-    "action", "type", "task", "node", "gpu_groups", "reason", "pod", "pod_group_annotations",
-)
-cdef Py_ssize_t DECISION_OFF[8]
-cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
-# Decisions are also written at these offsets (finish_decisions): only while Decision
-# sets its attributes as object does.
-cdef bint DECISION_WRITABLE = DECISION_DIRECT and Decision.__setattr__ is object.__setattr__
-
-# The fields read of jobs and tasks, by index: at their offsets from a Job or a Task.
-cdef enum:
-    J_QUEUE, J_MIN_MEMBER, J_PREEMPTIBLE, J_PREEMPTIBILITY, J_TASKS, J_INVALID,
-    J_WARNINGS, J_FIT_ERRORS, J_NEW_START, J_STALE_SET, J_COUNT
-cdef tuple JOB_READ = (
-    "queue", "min_member", "preemptible", "preemptibility", "tasks", "invalid_reason",
-    "warnings", "fit_errors", "new_start_timestamp", "stale_since_set",
-)
-cdef enum:
-    T_STATUS, T_NODE, T_POD, T_NAMESPACE, T_NAME, T_JOB, T_COUNT
-cdef tuple TASK_READ = ("status", "node", "pod", "namespace", "name", "job")
-cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
-cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
-cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
-cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
-
-
-cdef inline object jf(object job, bint direct, int index):
-    """A field of a job: at its offset when ``direct`` (a Job, see JOB_SLOTS)."""
-    return field(job, direct, JOB_READ_OFF[index], JOB_READ[index])
-
-
-cdef inline object tf(object task, bint direct, int index):
-    """A field of a task: at its offset when ``direct`` (a Task, see TASK_SLOTS)."""
-    return field(task, direct, TASK_READ_OFF[index], TASK_READ[index])
-
+cdef Py_ssize_t DECISION_OFF[D_COUNT]
+cdef bint DECISION_DIRECT = layout(Decision, decision_fields(), DECISION_OFF)
+# Decisions are also written at these offsets (finish_decisions).
+cdef bint DECISION_WRITABLE = DECISION_DIRECT and sets_as_object(Decision)
+cdef Py_ssize_t JOB_OFF[J_COUNT]
+cdef Py_ssize_t TASK_OFF[T_COUNT]
+cdef bint JOB_SLOTS = layout(Job, job_fields(), JOB_OFF)
+cdef bint TASK_SLOTS = layout(Task, task_fields(), TASK_OFF)
 
 cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
@@ -90,18 +70,18 @@ def finish_decisions(list decisions, object annotations):
     cdef bint direct, task_direct
     for d in decisions:
         direct = DECISION_WRITABLE and type(d) is Decision
-        task = field(d, direct, DECISION_OFF[2], "task")
+        task = decision_field(d, direct, DECISION_OFF, D_TASK)
         if task is None:
             continue  # collected already
         task_direct = TASK_SLOTS and type(task) is Task
-        pod = f"{tf(task, task_direct, T_NAMESPACE)}/{tf(task, task_direct, T_NAME)}"
+        pod = f"{task_field(task, task_direct, TASK_OFF, T_NAMESPACE)}/{task_field(task, task_direct, TASK_OFF, T_NAME)}"
         if direct:
-            replace(d, DECISION_OFF[6], pod)
+            replace(d, DECISION_OFF[D_POD], pod)
         else:
             d.pod = pod
-        kind = field(d, direct, DECISION_OFF[1], "type")
+        kind = decision_field(d, direct, DECISION_OFF, D_TYPE)
         if kind == "evict":
-            job = tf(task, task_direct, T_JOB)
+            job = task_field(task, task_direct, TASK_OFF, T_JOB)
             if job is not None:
                 key = f"{job.namespace}/{job.name}"
                 records = evictions.get(key)
@@ -110,20 +90,20 @@ def finish_decisions(list decisions, object annotations):
                 else:
                     records.append(d)
         elif kind == "bind":
-            job = tf(task, task_direct, T_JOB)
+            job = task_field(task, task_direct, TASK_OFF, T_JOB)
             if job is not None:
-                last_start = jf(job, JOB_SLOTS and type(job) is Job, J_NEW_START)
+                last_start = job_field(job, JOB_SLOTS and type(job) is Job, JOB_OFF, J_NEW_START)
                 if last_start is not None:
                     # A session starts its jobs at one time: the same mapping again.
                     if last_start is not seen_start:
                         seen_annotations = annotations(last_start)
                         seen_start = last_start
                     if direct:
-                        replace(d, DECISION_OFF[7], seen_annotations)
+                        replace(d, DECISION_OFF[D_ANNOTATIONS], seen_annotations)
                     else:
                         d.pod_group_annotations = seen_annotations
         if direct:
-            replace(d, DECISION_OFF[2], None)
+            replace(d, DECISION_OFF[D_TASK], None)
         else:
             d.task = None
     return evictions
@@ -137,21 +117,21 @@ def pod_results(list tasks, list names):
     cdef bint direct
     for t in tasks:
         direct = TASK_SLOTS and type(t) is Task
-        status = tf(t, direct, T_STATUS)
-        node = tf(t, direct, T_NODE)
+        status = task_field(t, direct, TASK_OFF, T_STATUS)
+        node = task_field(t, direct, TASK_OFF, T_NODE)
         if node >= 0:
             where = names[node]
         elif status is PENDING:
             where = None
         else:
-            where = tf(t, direct, T_POD).node_name
+            where = task_field(t, direct, TASK_OFF, T_POD).node_name
         if POD_DIRECT:
             result = new_object(PodResult)
             put(result, POD_OFF[0], output_status[status])
             put(result, POD_OFF[1], where)
         else:
             result = PodResult(output_status[status], where)
-        items.append((f"{tf(t, direct, T_NAMESPACE)}/{tf(t, direct, T_NAME)}", result))
+        items.append((f"{task_field(t, direct, TASK_OFF, T_NAMESPACE)}/{task_field(t, direct, TASK_OFF, T_NAME)}", result))
     items.sort()  # keys are unique: results never compared
     return dict(items)
 
@@ -173,17 +153,17 @@ def group_results(dict jobs, annotations, dict evictions):
         direct = JOB_SLOTS and type(job) is Job
         found = evictions.get(key)
         group_evictions = () if found is None else tuple(found)
-        tasks = jf(job, direct, J_TASKS)
-        preemptibility = jf(job, direct, J_PREEMPTIBILITY)
-        min_member = jf(job, direct, J_MIN_MEMBER)
+        tasks = job_field(job, direct, JOB_OFF, J_TASKS)
+        preemptibility = job_field(job, direct, JOB_OFF, J_PREEMPTIBILITY)
+        min_member = job_field(job, direct, JOB_OFF, J_MIN_MEMBER)
         if len(tasks) != 1 or preemptibility == SEMI_PREEMPTIBLE or not min_member >= 1:
             out[key] = _job_result(key, job, annotations, group_evictions)
             continue
         task = <object>tasks[0]
-        status = tf(task, TASK_SLOTS and type(task) is Task, T_STATUS)
+        status = task_field(task, TASK_SLOTS and type(task) is Task, TASK_OFF, T_STATUS)
         scheduled = status in scheduled_statuses and min_member <= 1
-        fit_errors = jf(job, direct, J_FIT_ERRORS)
-        invalid = jf(job, direct, J_INVALID)
+        fit_errors = job_field(job, direct, JOB_OFF, J_FIT_ERRORS)
+        invalid = job_field(job, direct, JOB_OFF, J_INVALID)
         if invalid:
             reason = invalid
         elif scheduled:
@@ -196,8 +176,8 @@ def group_results(dict jobs, annotations, dict evictions):
             reason = IDLE_REASON
         else:
             reason = NOT_SCHEDULED_REASON
-        new_start = jf(job, direct, J_NEW_START)
-        stale = jf(job, direct, J_STALE_SET)
+        new_start = job_field(job, direct, JOB_OFF, J_NEW_START)
+        stale = job_field(job, direct, JOB_OFF, J_STALE_SET)
         if seen is None or new_start is not last_start or stale is not stale_since:
             pair = (new_start, stale)
             seen = made.get(pair)
@@ -208,23 +188,23 @@ def group_results(dict jobs, annotations, dict evictions):
         if GROUP_DIRECT:
             result = new_object(PodGroupResult)
             put(result, GROUP_OFF[0], key)
-            put(result, GROUP_OFF[1], jf(job, direct, J_QUEUE))
-            put(result, GROUP_OFF[2], jf(job, direct, J_PREEMPTIBLE))
+            put(result, GROUP_OFF[1], job_field(job, direct, JOB_OFF, J_QUEUE))
+            put(result, GROUP_OFF[2], job_field(job, direct, JOB_OFF, J_PREEMPTIBLE))
             put(result, GROUP_OFF[3], preemptibility)
             put(result, GROUP_OFF[4], scheduled)
             put(result, GROUP_OFF[5], reason)
             put(result, GROUP_OFF[6], fit_errors)
-            put(result, GROUP_OFF[7], jf(job, direct, J_WARNINGS))
+            put(result, GROUP_OFF[7], job_field(job, direct, JOB_OFF, J_WARNINGS))
             put(result, GROUP_OFF[8], seen)
             put(result, GROUP_OFF[9], status_of[preemptibility])
             put(result, GROUP_OFF[10], ZERO)
             put(result, GROUP_OFF[11], ZERO)
             put(result, GROUP_OFF[12], group_evictions)
         else:
-            result = PodGroupResult(key, jf(job, direct, J_QUEUE),
-                                    jf(job, direct, J_PREEMPTIBLE), preemptibility,
+            result = PodGroupResult(key, job_field(job, direct, JOB_OFF, J_QUEUE),
+                                    job_field(job, direct, JOB_OFF, J_PREEMPTIBLE), preemptibility,
                                     scheduled, reason, fit_errors,
-                                    jf(job, direct, J_WARNINGS), seen,
+                                    job_field(job, direct, JOB_OFF, J_WARNINGS), seen,
                                     status_of[preemptibility], 0, 0, group_evictions)
         out[key] = result
     return out
@@ -312,18 +292,18 @@ def result_document(result, bint explain):
         groups[key] = entry
     for d in <list?>result.decisions:
         direct = DECISION_DIRECT and type(d) is Decision
-        kind = field(d, direct, DECISION_OFF[1], "type")
+        kind = decision_field(d, direct, DECISION_OFF, D_TYPE)
         entry = _PyDict_NewPresized(7)
-        entry["action"] = field(d, direct, DECISION_OFF[0], "action")
+        entry["action"] = decision_field(d, direct, DECISION_OFF, D_ACTION)
         entry["type"] = kind
-        entry["pod"] = field(d, direct, DECISION_OFF[6], "pod")
-        entry["node"] = field(d, direct, DECISION_OFF[3], "node")
+        entry["pod"] = decision_field(d, direct, DECISION_OFF, D_POD)
+        entry["node"] = decision_field(d, direct, DECISION_OFF, D_NODE)
         if kind != "evict":
-            entry["gpuGroups"] = field(d, direct, DECISION_OFF[4], "gpu_groups")
-        value = field(d, direct, DECISION_OFF[5], "reason")
+            entry["gpuGroups"] = decision_field(d, direct, DECISION_OFF, D_GPU_GROUPS)
+        value = decision_field(d, direct, DECISION_OFF, D_REASON)
         if value is not None:
             entry["reason"] = value
-        value = field(d, direct, DECISION_OFF[7], "pod_group_annotations")
+        value = decision_field(d, direct, DECISION_OFF, D_ANNOTATIONS)
         if value:
             entry["podGroupAnnotations"] = copies.of(value)
         decisions.append(entry)
@@ -343,5 +323,6 @@ def result_document(result, bint explain):
 
 
 def direct():
-    """Whether results are written slot by slot (False: through their classes)."""
-    return bool(POD_DIRECT and GROUP_DIRECT)
+    """Whether results are written, and jobs, tasks and decisions read, slot by slot
+    (False: through their classes)."""
+    return bool(POD_DIRECT and GROUP_DIRECT and JOB_SLOTS and TASK_SLOTS and DECISION_WRITABLE)

@@ -28,28 +28,18 @@ from libc.string cimport strcmp
 
 from kai.api.model import Job, Task
 
-from kai._fast.slots cimport field, offsets_of
+from kai._fast.fields cimport (
+    J_COUNT, J_INVALID, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_TASKS, T_COUNT,
+    T_FRACTION, T_GPU_MEMORY, T_REQUEST, T_STATUS, job_field, job_fields, task_field,
+    task_fields,
+)
+from kai._fast.slots cimport layout
 
-# The fields queue_sums reads of jobs and tasks, by index: at their offsets from a Job
-# or a Task (see kai/_fast/slots.pxd).
-cdef enum:
-    J_QUEUE, J_INVALID, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_TASKS, J_COUNT
-cdef tuple JOB_READ = ("queue", "invalid_reason", "preemptibility", "preemptible", "tasks")
-cdef enum:
-    T_STATUS, T_FRACTION, T_GPU_MEMORY, T_REQUEST, T_COUNT
-cdef tuple TASK_READ = ("status", "gpu_fraction", "gpu_memory_mib", "request")
-cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
-cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
-cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
-cdef bint TASK_SLOTS = offsets_of(Task, TASK_READ, TASK_READ_OFF)
-
-
-cdef inline object jf(object job, bint direct, int index):
-    return field(job, direct, JOB_READ_OFF[index], JOB_READ[index])
-
-
-cdef inline object tf(object task, bint direct, int index):
-    return field(task, direct, TASK_READ_OFF[index], TASK_READ[index])
+# The offsets queue_sums reads jobs and tasks at (kai/_fast/fields.pxd).
+cdef Py_ssize_t JOB_OFF[J_COUNT]
+cdef Py_ssize_t TASK_OFF[T_COUNT]
+cdef bint JOB_SLOTS = layout(Job, job_fields(), JOB_OFF)
+cdef bint TASK_SLOTS = layout(Task, task_fields(), TASK_OFF)
 
 # The node's status kinds, as kai.api.model.charge_rows numbers them.
 cdef enum:
@@ -460,20 +450,20 @@ def queue_sums(
             raise IndexError(f"queue sums of {n_q} queues, paths to row {width - 1}")
         for job in jobs:
             direct = JOB_SLOTS and type(job) is Job
-            path = paths.get(jf(job, direct, J_QUEUE))
-            if path is None or jf(job, direct, J_INVALID):
+            path = paths.get(job_field(job, direct, JOB_OFF, J_QUEUE))
+            if path is None or job_field(job, direct, JOB_OFF, J_INVALID):
                 continue
             n_rows = len(path)
             for i in range(n_rows):
                 rows[i] = path[i]
-            if jf(job, direct, J_PREEMPTIBILITY) == semi_preemptible:
+            if job_field(job, direct, JOB_OFF, J_PREEMPTIBILITY) == semi_preemptible:
                 core = job.core_tasks()
             else:
                 core = ()
-            non_preemptible = not jf(job, direct, J_PREEMPTIBLE)
-            for task in jf(job, direct, J_TASKS):
+            non_preemptible = not job_field(job, direct, JOB_OFF, J_PREEMPTIBLE)
+            for task in job_field(job, direct, JOB_OFF, J_TASKS):
                 task_direct = TASK_SLOTS and type(task) is Task
-                status = tf(task, task_direct, T_STATUS)
+                status = task_field(task, task_direct, TASK_OFF, T_STATUS)
                 if _is_any(status, allocated_statuses):
                     allocated = True
                     charge_np = (task in core) if core else non_preemptible
@@ -481,13 +471,13 @@ def queue_sums(
                     allocated = charge_np = False
                 else:
                     continue
-                fraction = tf(task, task_direct, T_FRACTION)
-                if not fraction > 0 and tf(task, task_direct, T_GPU_MEMORY) > 0:
+                fraction = task_field(task, task_direct, TASK_OFF, T_FRACTION)
+                if not fraction > 0 and task_field(task, task_direct, TASK_OFF, T_GPU_MEMORY) > 0:
                     shared = shared_vector(task, allocated)
                     vec[0], vec[1], vec[2] = shared[0], shared[1], shared[2]
                     last = None  # vec no longer holds a request's columns
                 else:
-                    request = tf(task, task_direct, T_REQUEST)
+                    request = task_field(task, task_direct, TASK_OFF, T_REQUEST)
                     if request is not last:  # neighbours mostly share it
                         _get(request, &vr, 0, 1)
                         try:

@@ -18,7 +18,14 @@ from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ALLOCATED, Job, Task, TaskSta
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
 from kai.framework.session import Decision, default_order_key
 
-from kai._fast.slots cimport field, layout, new_object, offsets_of, put, replace
+from kai._fast.fields cimport (
+    D_ACTION, D_ANNOTATIONS, D_COUNT, D_GPU_GROUPS, D_NODE, D_POD, D_REASON, D_TASK,
+    D_TYPE, J_COUNT, J_CREATED, J_INVALID, J_MIN_MEMBER, J_PREEMPTIBILITY, J_PREEMPTIBLE,
+    J_PRIORITY, J_QUEUE, J_TASKS, J_UID, T_COUNT, T_EVICTED, T_FRACTION, T_GPU_MEMORY,
+    T_NODE, T_POD, T_REQUEST, T_STATUS, decision_fields, job_field, job_fields,
+    sets_as_object, task_field, task_fields,
+)
+from kai._fast.slots cimport layout, new_object, put, replace
 
 cdef array.array INT64 = array.array("q")
 
@@ -26,45 +33,13 @@ cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
 cdef object BINDING = TaskStatus.BINDING
 
-# The fields read of jobs and tasks, by index: at their offsets from a Job or a Task.
-cdef enum:
-    J_QUEUE, J_MIN_MEMBER, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_PRIORITY, J_CREATED, J_UID,
-    J_TASKS, J_INVALID, J_COUNT
-cdef tuple JOB_READ = (
-    "queue", "min_member", "preemptibility", "preemptible", "priority",
-    "creation_timestamp", "uid", "tasks", "invalid_reason",
-)
-cdef enum:
-    T_STATUS, T_GPU_MEMORY, T_FRACTION, T_EVICTED, T_REQUEST, T_POD, T_NODE, T_COUNT
-cdef tuple TASK_READ = (
-    "status", "gpu_memory_mib", "gpu_fraction", "virtually_evicted", "request", "pod",
-    "node",
-)
-cdef Py_ssize_t JOB_READ_OFF[J_COUNT]
-cdef Py_ssize_t TASK_READ_OFF[T_COUNT]
-cdef bint JOB_SLOTS = offsets_of(Job, JOB_READ, JOB_READ_OFF)
-# Tasks are also written at these offsets (place_decisions): only while Task sets its
-# attributes as object does.
-cdef bint TASK_SLOTS = (
-    offsets_of(Task, TASK_READ, TASK_READ_OFF) and Task.__setattr__ is object.__setattr__
-)
-
-
-cdef inline object jf(object job, bint direct, int index):
-    """A field of a job: at its offset when ``direct`` (a Job, see JOB_SLOTS)."""
-    return field(job, direct, JOB_READ_OFF[index], JOB_READ[index])
-
-
-cdef inline object tf(object task, bint direct, int index):
-    """A field of a task: at its offset when ``direct`` (a Task, see TASK_SLOTS)."""
-    return field(task, direct, TASK_READ_OFF[index], TASK_READ[index])
-
-
-cdef tuple DECISION_FIELDS = (
-    "action", "type", "task", "node", "gpu_groups", "reason", "pod", "pod_group_annotations",
-)
-cdef Py_ssize_t DECISION_OFF[8]
-cdef bint DECISION_DIRECT = layout(Decision, DECISION_FIELDS, DECISION_OFF)
+cdef Py_ssize_t JOB_OFF[J_COUNT]
+cdef bint JOB_SLOTS = layout(Job, job_fields(), JOB_OFF)
+cdef Py_ssize_t TASK_OFF[T_COUNT]
+# Tasks are also written at these offsets (place_decisions).
+cdef bint TASK_SLOTS = layout(Task, task_fields(), TASK_OFF) and sets_as_object(Task)
+cdef Py_ssize_t DECISION_OFF[D_COUNT]
+cdef bint DECISION_DIRECT = layout(Decision, decision_fields(), DECISION_OFF)
 
 
 def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_only, check):
@@ -76,15 +51,15 @@ def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_
     record = ssn.record_fit_error
     for job in jobs:
         direct = JOB_SLOTS and type(job) is Job
-        invalid = jf(job, direct, J_INVALID)
+        invalid = job_field(job, direct, JOB_OFF, J_INVALID)
         if invalid:
             record(job, invalid)
             continue
         alive = 0
         has_pending = False
-        for t in <list?>jf(job, direct, J_TASKS):
+        for t in <list?>job_field(job, direct, JOB_OFF, J_TASKS):
             task_direct = TASK_SLOTS and type(t) is Task
-            status = tf(t, task_direct, T_STATUS)
+            status = task_field(t, task_direct, TASK_OFF, T_STATUS)
             if status in alive_statuses:
                 alive += 1
                 if status is PENDING:
@@ -93,10 +68,10 @@ def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_
             with_pending.append(job)
         if pending_only and not has_pending:
             continue
-        if alive < jf(job, direct, J_MIN_MEMBER):
+        if alive < job_field(job, direct, JOB_OFF, J_MIN_MEMBER):
             record(job, job_unready_reason(job))
             continue
-        if preemptible_only and not jf(job, direct, J_PREEMPTIBLE):
+        if preemptible_only and not job_field(job, direct, JOB_OFF, J_PREEMPTIBLE):
             continue
         if check is not None:
             problem = check(job)
@@ -127,24 +102,24 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
     job_start.data.as_longlongs[0] = 0
     for job in jobs:
         direct = JOB_SLOTS and type(job) is Job
-        queue = jf(job, direct, J_QUEUE)
+        queue = job_field(job, direct, JOB_OFF, J_QUEUE)
         job_leaf.data.as_longlongs[j] = -1 if queue is None else qidx.get(queue, -1)
-        job_min.data.as_longlongs[j] = jf(job, direct, J_MIN_MEMBER)
-        if jf(job, direct, J_PREEMPTIBILITY) == SEMI_PREEMPTIBLE:
+        job_min.data.as_longlongs[j] = job_field(job, direct, JOB_OFF, J_MIN_MEMBER)
+        if job_field(job, direct, JOB_OFF, J_PREEMPTIBILITY) == SEMI_PREEMPTIBLE:
             job_np_mode.data.as_longlongs[j] = 2
         else:
-            job_np_mode.data.as_longlongs[j] = 0 if jf(job, direct, J_PREEMPTIBLE) else 1
-        job_priority.data.as_longlongs[j] = -jf(job, direct, J_PRIORITY)
-        ts = jf(job, direct, J_CREATED)
-        uid = jf(job, direct, J_UID)
+            job_np_mode.data.as_longlongs[j] = 0 if job_field(job, direct, JOB_OFF, J_PREEMPTIBLE) else 1
+        job_priority.data.as_longlongs[j] = -job_field(job, direct, JOB_OFF, J_PRIORITY)
+        ts = job_field(job, direct, JOB_OFF, J_CREATED)
+        uid = job_field(job, direct, JOB_OFF, J_UID)
         default_keys.append((1, 0.0, uid) if ts is None else (0, ts, uid))
-        job_tasks = jf(job, direct, J_TASKS)
+        job_tasks = job_field(job, direct, JOB_OFF, J_TASKS)
         if len(job_tasks) == 1:
             t = job_tasks[0]
             task_direct = TASK_SLOTS and type(t) is Task
-            if tf(t, task_direct, T_STATUS) is PENDING:
-                if tf(t, task_direct, T_GPU_MEMORY) > 0 or (
-                    tf(t, task_direct, T_FRACTION) > 0 and not fractions
+            if task_field(t, task_direct, TASK_OFF, T_STATUS) is PENDING:
+                if task_field(t, task_direct, TASK_OFF, T_GPU_MEMORY) > 0 or (
+                    task_field(t, task_direct, TASK_OFF, T_FRACTION) > 0 and not fractions
                 ):
                     return None
                 tasks.append(t)
@@ -155,15 +130,15 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         active = nonpipe = pipelined = allocset = 0
         for t in job_tasks:
             task_direct = TASK_SLOTS and type(t) is Task
-            status = tf(t, task_direct, T_STATUS)
+            status = task_field(t, task_direct, TASK_OFF, T_STATUS)
             if status is PENDING:
-                if tf(t, task_direct, T_GPU_MEMORY) > 0 or (
-                    tf(t, task_direct, T_FRACTION) > 0 and not fractions
+                if task_field(t, task_direct, TASK_OFF, T_GPU_MEMORY) > 0 or (
+                    task_field(t, task_direct, TASK_OFF, T_FRACTION) > 0 and not fractions
                 ):
                     return None
                 pending.append(t)
                 continue
-            if tf(t, task_direct, T_EVICTED):
+            if task_field(t, task_direct, TASK_OFF, T_EVICTED):
                 return None
             if status in active_allocated:
                 active += 1
@@ -202,7 +177,7 @@ def task_columns(list tasks, dict node_index):
     last_request = None
     for t in tasks:
         direct = TASK_SLOTS and type(t) is Task
-        request = tf(t, direct, T_REQUEST)
+        request = task_field(t, direct, TASK_OFF, T_REQUEST)
         if request is not last_request:
             key = PyLong_FromVoidPtr(<void*>request)  # id(request), without a call
             row = by_id.get(key, -1)
@@ -212,7 +187,7 @@ def task_columns(list tasks, dict node_index):
                 sources.append(request)
             last_request = request
         rows.data.as_longlongs[i] = row
-        pod = tf(t, direct, T_POD)
+        pod = task_field(t, direct, TASK_OFF, T_POD)
         if pod.node_selector or pod.required_node_affinity is not None or pod.tolerations:
             key = (
                 tuple(sorted(pod.node_selector.items())),
@@ -234,7 +209,7 @@ def task_columns(list tasks, dict node_index):
         nominated = pod.nominated_node_name
         if nominated:
             nominated_at.append((i, node_index.get(nominated, -1)))
-        fraction = tf(t, direct, T_FRACTION)
+        fraction = task_field(t, direct, TASK_OFF, T_FRACTION)
         if fraction > 0:
             portions.append((i, fraction))
         i += 1
@@ -259,8 +234,8 @@ def place_decisions(
             kind = "bind"
         direct = TASK_SLOTS and type(task) is Task
         if direct:
-            replace(task, TASK_READ_OFF[T_NODE], node)
-            replace(task, TASK_READ_OFF[T_STATUS], status)
+            replace(task, TASK_OFF[T_NODE], node)
+            replace(task, TASK_OFF[T_STATUS], status)
         else:
             task.node = node
             task.status = status
@@ -268,21 +243,22 @@ def place_decisions(
         device = None if pl_device is None else pl_device[k]
         groups = [] if device is None else [device]
         if DECISION_DIRECT:
-            # Decision's fields (DECISION_FIELDS), written one by one.
+            # Decision's fields (decision_fields()), written one by one.
             decision = new_object(Decision)
-            put(decision, DECISION_OFF[0], action)
-            put(decision, DECISION_OFF[1], kind)
-            put(decision, DECISION_OFF[2], task)
-            put(decision, DECISION_OFF[3], names[<Py_ssize_t>node])
-            put(decision, DECISION_OFF[4], groups)
-            put(decision, DECISION_OFF[5], None)
-            put(decision, DECISION_OFF[6], "")
-            put(decision, DECISION_OFF[7], None)
+            put(decision, DECISION_OFF[D_ACTION], action)
+            put(decision, DECISION_OFF[D_TYPE], kind)
+            put(decision, DECISION_OFF[D_TASK], task)
+            put(decision, DECISION_OFF[D_NODE], names[<Py_ssize_t>node])
+            put(decision, DECISION_OFF[D_GPU_GROUPS], groups)
+            put(decision, DECISION_OFF[D_REASON], None)
+            put(decision, DECISION_OFF[D_POD], "")
+            put(decision, DECISION_OFF[D_ANNOTATIONS], None)
         else:
             decision = Decision(action, kind, task, names[<Py_ssize_t>node], groups)
         decisions.append(decision)
 
 
 def direct():
-    """Whether decisions are written slot by slot (see kai._fast.slots)."""
-    return DECISION_DIRECT
+    """Whether decisions are written, and jobs and tasks read and written, slot by slot
+    (see kai._fast.slots; False: through their classes)."""
+    return bool(DECISION_DIRECT and JOB_SLOTS and TASK_SLOTS)
