@@ -423,6 +423,83 @@ def test_fair_share_equivalence(ref, other, seed):
             run_same(ref, other, "divide_fair_share", *_random_fair_inputs(rng, q))
 
 
+def _random_tree_inputs(rng, q, r):
+    """A random queue tree of ``q`` queues (parents among the earlier queues, with now
+    and then a parent that names no queue or a cycle) and ``r`` resources."""
+    parent = np.array([rng.integers(-1, i) if i else -1 for i in range(q)], dtype=np.int64)
+    if q and rng.random() < 0.2:
+        parent[rng.integers(0, q)] = q + 3  # names no queue: under the root
+    if q > 2 and rng.random() < 0.2:
+        a, b = rng.choice(q, size=2, replace=False)
+        parent[a], parent[b] = b, a  # a cycle, which the root never reaches
+    rows = [_random_fair_inputs(rng, q) for _ in range(r)]
+    total = np.array([row[0] for row in rows])
+    matrices = [np.array([row[i] for row in rows]).reshape(r, q) for i in (1, 2, 3, 4, 8)]
+    deserved, limit, weight, request, usage = matrices
+    priority = rng.integers(0, 3, size=q).astype(np.int64)
+    rank = rng.permutation(q).astype(np.int64) if rng.random() < 0.7 else np.zeros(q, np.int64)
+    k_value = float(rng.choice([0.0, 0.5, 1.0]))
+    return total, parent, deserved, limit, weight, request, priority, rank, k_value, usage
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fair_share_tree_equivalence(ref, other, seed):
+    rng = np.random.default_rng(6100 + seed)
+    for q in (0, 1, 2, 3, 6, 12, 30):
+        for r in (1, 3, 4):
+            for _ in range(6):
+                run_same(ref, other, "divide_fair_share_tree", *_random_tree_inputs(rng, q, r))
+
+
+def test_fair_share_tree_divides_each_parent_among_its_children(ref):
+    """Each sibling group divides its parent's fair share (the root's: ``total``), one
+    resource at a time, in rank order; queues the root never reaches get nothing."""
+    rng = np.random.default_rng(61)
+    for _ in range(200):
+        q, r = int(rng.integers(1, 12)), 3
+        args = _random_tree_inputs(rng, q, r)
+        total, parent, deserved, limit, weight, request, priority, rank, k, usage = args
+        fair = ref.divide_fair_share_tree(*args)
+        assert fair.shape == (r, q)
+        under = [int(p) if 0 <= p < q else -1 for p in parent]
+        expected = np.zeros((r, q))
+        reached = set()
+        todo = [-1]
+        while todo:
+            p = todo.pop()
+            kids = sorted((c for c in range(q) if under[c] == p), key=lambda c: (rank[c], c))
+            for res in range(r):
+                amount = total[res] if p < 0 else expected[res, p]
+                expected[res, kids] = ref.divide_fair_share(
+                    float(amount),
+                    deserved[res, kids],
+                    limit[res, kids],
+                    weight[res, kids],
+                    request[res, kids],
+                    priority[kids],
+                    rank[kids],
+                    k,
+                    usage[res, kids],
+                )
+            reached.update(kids)
+            todo.extend(kids)
+        assert fair.tolist() == expected.tolist()
+        assert all(fair[:, c].tolist() == [0.0] * r for c in range(q) if c not in reached)
+
+
+def test_fair_share_tree_rejects_bad_shapes(backend):
+    total, parent, *matrices, k, usage = _random_tree_inputs(np.random.default_rng(5), 4, 3)
+    deserved, limit, weight, request, priority, rank = matrices
+    with pytest.raises(ValueError, match="limit"):
+        backend.divide_fair_share_tree(
+            total, parent, deserved, limit.T, weight, request, priority, rank, k, usage
+        )
+    with pytest.raises(ValueError, match="rank"):
+        backend.divide_fair_share_tree(
+            total, parent, deserved, limit, weight, request, priority, rank[:2], k, usage
+        )
+
+
 def test_fair_share_properties(ref):
     """Sanity of the reference: never negative, within total when deserved fits."""
     rng = np.random.default_rng(77)

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kai/fairshare.hpp"
 #include "common.hpp"
@@ -58,6 +59,50 @@ py::array_t<double> divide_fair_share(double total, const F64& deserved, const F
   return out;
 }
 
+// A [rows x cols] array's shape check.
+void require_shape(const F64& a, std::size_t rows, std::size_t cols, const char* name) {
+  require_ndim(a, 2, name);
+  if (static_cast<std::size_t>(a.shape(0)) != rows ||
+      static_cast<std::size_t>(a.shape(1)) != cols) {
+    throw py::value_error(std::string(name) + ": expected shape (" + std::to_string(rows) +
+                          ", " + std::to_string(cols) + ")");
+  }
+}
+
+py::array_t<double> divide_fair_share_tree(const F64& total, const I64& parent,
+                                           const F64& deserved, const F64& limit,
+                                           const F64& weight, const F64& request,
+                                           const I64& priority, const I64& rank,
+                                           double k_value, const F64& usage) {
+  kai::fairshare::QueueTreeInput tree;
+  tree.num_resources = vector_len(total, "total");
+  tree.num_queues = vector_len(parent, "parent");
+  const std::size_t nr = tree.num_resources, nq = tree.num_queues;
+  require_shape(deserved, nr, nq, "deserved");
+  require_shape(limit, nr, nq, "limit");
+  require_shape(weight, nr, nq, "weight");
+  require_shape(request, nr, nq, "request");
+  require_shape(usage, nr, nq, "usage");
+  require_len(priority, nq, "priority");
+  require_len(rank, nq, "rank");
+  tree.parent = parent.data();
+  tree.deserved = deserved.data();
+  tree.limit = limit.data();
+  tree.weight = weight.data();
+  tree.request = request.data();
+  tree.usage = usage.data();
+  tree.priority = priority.data();
+  tree.rank = rank.data();
+  py::array_t<double> out({static_cast<py::ssize_t>(nr), static_cast<py::ssize_t>(nq)});
+  double* o = out.mutable_data();
+  const double* t = total.data();
+  {
+    py::gil_scoped_release nogil;
+    kai::fairshare::divide_fair_share_tree(t, tree, k_value, o);
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_fairshare(py::module_& m) {
@@ -67,6 +112,10 @@ void register_fairshare(py::module_& m) {
         py::arg("limit"), py::arg("weight"), py::arg("request"), py::arg("priority"),
         py::arg("rank"), py::arg("k_value"), py::arg("usage"),
         "KAI proportion plugin: divide one resource among sibling queues.");
+  m.def("divide_fair_share_tree", &divide_fair_share_tree, py::arg("total"), py::arg("parent"),
+        py::arg("deserved"), py::arg("limit"), py::arg("weight"), py::arg("request"),
+        py::arg("priority"), py::arg("rank"), py::arg("k_value"), py::arg("usage"),
+        "KAI proportion plugin: the fair shares of a queue tree, every resource.");
 }
 
 }  // namespace kai::bind

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 namespace kai::fairshare {
@@ -146,6 +147,66 @@ void divide_fair_share(double total, const QueueShareInput& in, double k_value, 
       fair[q] += give;
       remaining -= give;
     }
+  }
+}
+
+void divide_fair_share_tree(const double* total, const QueueTreeInput& tree, double k_value,
+                            double* fair) {
+  const std::size_t nq = tree.num_queues;
+  const std::size_t nr = tree.num_resources;
+  std::fill(fair, fair + nq * nr, 0.0);
+  // children[nq] holds the root's children.
+  std::vector<std::vector<std::size_t>> children(nq + 1);
+  for (std::size_t q = 0; q < nq; ++q) {
+    const std::int64_t p = tree.parent[q];
+    const bool queue = p >= 0 && static_cast<std::size_t>(p) < nq;
+    children[queue ? static_cast<std::size_t>(p) : nq].push_back(q);
+  }
+  for (auto& kids : children) {
+    std::stable_sort(kids.begin(), kids.end(), [&](std::size_t a, std::size_t b) {
+      return tree.rank[a] < tree.rank[b];
+    });
+  }
+  std::vector<double> deserved, limit, weight, request, usage, out;
+  std::vector<std::int64_t> priority, rank;
+  // Breadth first from the root: a parent's fair share is made before its children's.
+  std::vector<std::size_t> todo{nq};
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    const std::size_t parent = todo[i];
+    const auto& kids = children[parent];
+    if (kids.empty()) continue;
+    const std::size_t k = kids.size();
+    for (auto* v : {&deserved, &limit, &weight, &request, &usage, &out}) v->resize(k);
+    priority.resize(k);
+    rank.resize(k);
+    for (std::size_t j = 0; j < k; ++j) {
+      priority[j] = tree.priority[kids[j]];
+      rank[j] = tree.rank[kids[j]];
+    }
+    QueueShareInput group;
+    group.num_queues = k;
+    group.deserved = deserved.data();
+    group.limit = limit.data();
+    group.weight = weight.data();
+    group.request = request.data();
+    group.priority = priority.data();
+    group.rank = rank.data();
+    group.usage = usage.data();
+    for (std::size_t r = 0; r < nr; ++r) {
+      const std::size_t row = r * nq;
+      for (std::size_t j = 0; j < k; ++j) {
+        const std::size_t q = row + kids[j];
+        deserved[j] = tree.deserved[q];
+        limit[j] = tree.limit[q];
+        weight[j] = tree.weight[q];
+        request[j] = tree.request[q];
+        usage[j] = tree.usage[q];
+      }
+      const double amount = parent == nq ? total[r] : fair[row + parent];
+      divide_fair_share(amount, group, k_value, out.data());
+      for (std::size_t j = 0; j < k; ++j) fair[row + kids[j]] = out[j];
+    }
+    todo.insert(todo.end(), kids.begin(), kids.end());
   }
 }
 

@@ -35,6 +35,18 @@ def divide_fair_share(
     k_value: float,
     usage: ArrayLike,
 ) -> NDArray[np.float64]: ...
+def divide_fair_share_tree(
+    total: ArrayLike,
+    parent: ArrayLike,
+    deserved: ArrayLike,
+    limit: ArrayLike,
+    weight: ArrayLike,
+    request: ArrayLike,
+    priority: ArrayLike,
+    rank: ArrayLike,
+    k_value: float,
+    usage: ArrayLike,
+) -> NDArray[np.float64]: ...
 
 # loadaware
 def loadaware_filter(

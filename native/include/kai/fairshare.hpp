@@ -36,4 +36,27 @@ struct QueueShareInput {
 void divide_fair_share(double total, const QueueShareInput& queues, double k_value,
                        double* fair);
 
+/// Inputs of divide_fair_share_tree: a queue tree and, per resource, the per-queue
+/// arrays of QueueShareInput.
+struct QueueTreeInput {
+  std::size_t num_queues = 0;
+  std::size_t num_resources = 0;
+  const std::int64_t* parent = nullptr;    // a queue's parent; -1 (or no queue): the root
+  const double* deserved = nullptr;        // [num_resources x num_queues], resource-major
+  const double* limit = nullptr;           // likewise
+  const double* weight = nullptr;          // likewise
+  const double* request = nullptr;         // likewise
+  const double* usage = nullptr;           // likewise
+  const std::int64_t* priority = nullptr;  // [num_queues]
+  const std::int64_t* rank = nullptr;      // [num_queues]
+};
+
+/// The fair shares of a queue tree, top down: the root's children divide `total`
+/// (one value per resource), each queue's children divide its fair share, every
+/// resource on its own (divide_fair_share), siblings in rank order (then index order).
+/// A queue no path from the root reaches (a cycle) gets 0.  `fair` receives
+/// [num_resources x num_queues] values, resource-major.
+void divide_fair_share_tree(const double* total, const QueueTreeInput& tree, double k_value,
+                            double* fair);
+
 }  // namespace kai::fairshare

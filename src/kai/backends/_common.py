@@ -28,6 +28,7 @@ KERNELS: tuple[str, ...] = (
     # fairshare
     "dominant_share",
     "divide_fair_share",
+    "divide_fair_share_tree",
     # loadaware
     "loadaware_filter",
     "loadaware_score",
@@ -72,6 +73,20 @@ class Backend(Protocol):
     def divide_fair_share(
         self,
         total: float,
+        deserved: F64,
+        limit: F64,
+        weight: F64,
+        request: F64,
+        priority: I64,
+        rank: I64,
+        k_value: float,
+        usage: F64,
+    ) -> F64: ...
+
+    def divide_fair_share_tree(
+        self,
+        total: F64,
+        parent: I64,
         deserved: F64,
         limit: F64,
         weight: F64,
@@ -251,6 +266,100 @@ def prep_fair_share(
         float(k_value),
         f64_1d_len(usage, "usage", q),
     )
+
+
+def prep_fair_share_tree(
+    total: Any,
+    parent: Any,
+    deserved: Any,
+    limit: Any,
+    weight: Any,
+    request: Any,
+    priority: Any,
+    rank: Any,
+    k_value: Any,
+    usage: Any,
+) -> tuple[F64, I64, F64, F64, F64, F64, I64, I64, float, F64]:
+    t = f64_1d(total, "total")
+    p = np.ascontiguousarray(parent, dtype=np.int64)
+    if p.ndim != 1:
+        raise ValueError(f"parent: expected a 1-d array, got shape {p.shape}")
+    shape = (t.shape[0], p.shape[0])
+    return (
+        t,
+        p,
+        _f64_shaped(deserved, "deserved", shape),
+        _f64_shaped(limit, "limit", shape),
+        _f64_shaped(weight, "weight", shape),
+        _f64_shaped(request, "request", shape),
+        i64_1d(priority, "priority", shape[1]),
+        i64_1d(rank, "rank", shape[1]),
+        float(k_value),
+        _f64_shaped(usage, "usage", shape),
+    )
+
+
+def _f64_shaped(x: Any, name: str, shape: tuple[int, int]) -> F64:
+    a = np.ascontiguousarray(x, dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
+    return a
+
+
+def sibling_groups(parent: I64, rank: I64) -> list[tuple[int, list[int]]]:
+    """A queue tree's sibling groups, each after its parent's (breadth first from the
+    root): the parent's index (-1 for the root) and its children, by rank then index.
+    A parent index that names no queue stands for the root; a queue that no path from
+    the root reaches (a cycle) is in no group."""
+    n = len(parent)
+    children: dict[int, list[int]] = {}
+    for q, p in enumerate(parent.tolist()):
+        children.setdefault(p if 0 <= p < n else -1, []).append(q)
+    ranks = rank.tolist()
+    groups: list[tuple[int, list[int]]] = []
+    todo = [-1]
+    for p in todo:  # grows as it is read
+        kids = children.get(p)
+        if kids:
+            kids.sort(key=ranks.__getitem__)  # stable: index order among equal ranks
+            groups.append((p, kids))
+            todo.extend(kids)
+    return groups
+
+
+def divide_tree(
+    divide: Callable[..., F64],
+    total: F64,
+    parent: I64,
+    deserved: F64,
+    limit: F64,
+    weight: F64,
+    request: F64,
+    priority: I64,
+    rank: I64,
+    k_value: float,
+    usage: F64,
+) -> F64:
+    """``divide_fair_share_tree`` made of a backend's ``divide_fair_share`` (arguments
+    prepared by :func:`prep_fair_share_tree`)."""
+    n_resources = deserved.shape[0]
+    fair = np.zeros(deserved.shape, dtype=np.float64)
+    for p, kids in sibling_groups(parent, rank):
+        at = np.array(kids, dtype=np.int64)
+        for r in range(n_resources):
+            amount = total[r] if p < 0 else fair[r, p]
+            fair[r, at] = divide(
+                float(amount),
+                deserved[r, at],
+                limit[r, at],
+                weight[r, at],
+                request[r, at],
+                priority[at],
+                rank[at],
+                k_value,
+                usage[r, at],
+            )
+    return fair
 
 
 # loadaware: node usage matrices are int64 (cpu millicores, other resources in units).

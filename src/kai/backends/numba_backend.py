@@ -18,9 +18,11 @@ from kai.backends._common import (
     SOLVER_GPU_COLUMN,
     BoolArray,
     StatelessIncrementalFit,
+    divide_tree,
     prep_binpack,
     prep_dominant_share,
     prep_fair_share,
+    prep_fair_share_tree,
     prep_fit_mask,
     prep_idle_gpus_fit,
     prep_loadaware_filter,
@@ -86,6 +88,26 @@ def divide_fair_share(
 ) -> F64:
     return _kernels().divide_fair_share(
         *prep_fair_share(total, deserved, limit, weight, request, priority, rank, k_value, usage)
+    )
+
+
+def divide_fair_share_tree(
+    total: Any,
+    parent: Any,
+    deserved: Any,
+    limit: Any,
+    weight: Any,
+    request: Any,
+    priority: Any,
+    rank: Any,
+    k_value: Any,
+    usage: Any,
+) -> F64:
+    return divide_tree(
+        _kernels().divide_fair_share,
+        *prep_fair_share_tree(
+            total, parent, deserved, limit, weight, request, priority, rank, k_value, usage
+        ),
     )
 
 

@@ -20,9 +20,11 @@ from kai.backends._common import (
     UNLIMITED,
     BoolArray,
     StatelessIncrementalFit,
+    divide_tree,
     prep_binpack,
     prep_dominant_share,
     prep_fair_share,
+    prep_fair_share_tree,
     prep_fit_mask,
     prep_idle_gpus_fit,
     prep_loadaware_filter,
@@ -243,6 +245,35 @@ def _max(a: float, b: float) -> float:
 
 def _floor(x: float) -> float:
     return float(math.floor(x)) if math.isfinite(x) else x
+
+
+def divide_fair_share_tree(
+    total: Any,
+    parent: Any,
+    deserved: Any,
+    limit: Any,
+    weight: Any,
+    request: Any,
+    priority: Any,
+    rank: Any,
+    k_value: Any,
+    usage: Any,
+) -> F64:
+    """The fair shares of a queue tree, resource-major ``[R, Q]``: the root's children
+    divide ``total`` (one value per resource), each queue's children divide its fair
+    share, each resource on its own with :func:`divide_fair_share`.
+
+    ``parent[q]`` is queue ``q``'s parent, -1 (or an index that names no queue) for
+    the root.  ``deserved``, ``limit``, ``weight``, ``request`` and ``usage`` are
+    ``[R, Q]``; ``priority`` and ``rank`` are per queue.  Siblings are divided in rank
+    order (then index order); a queue no path from the root reaches gets 0.
+    """
+    return divide_tree(
+        divide_fair_share,
+        *prep_fair_share_tree(
+            total, parent, deserved, limit, weight, request, priority, rank, k_value, usage
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------- loadaware

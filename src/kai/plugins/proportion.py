@@ -565,62 +565,48 @@ class ProportionPlugin(Plugin):
         return np.maximum(total, 0.0)
 
     def _divide(self, ssn: Session) -> None:
-        backend = ssn.backend
-        children: dict[str | None, list[QueueShare]] = {}
-        for share in self.shares.values():
-            parent = share.parent if share.parent in self.shares else None
-            children.setdefault(parent, []).append(share)
-        for siblings in children.values():
-            siblings.sort(key=lambda s: s.rank)
+        """Every queue's fair share, top down through the queue tree (the backend's
+        ``divide_fair_share_tree``, in one call)."""
+        shares = list(self.shares.values())
+        if not shares:
+            return
+        index: dict[str | None, int] = {share.name: i for i, share in enumerate(shares)}
+        parent = np.array([index.get(share.parent, -1) for share in shares])  # -1: the root
+        # Resource-major: row r holds every queue's value for resource r.
+        deserved, limit, weight, request = np.ascontiguousarray(
+            np.array(
+                [
+                    [s.deserved for s in shares],
+                    [s.limit for s in shares],
+                    [s.weight for s in shares],
+                    [s.request for s in shares],
+                ]
+            ).transpose(0, 2, 1)
+        )
         # Time-based fair share: the queues' historical usage, 0 where none is known.
-        no_usage = [0.0] * len(QUEUE_RESOURCES)
+        usage = np.zeros((len(QUEUE_RESOURCES), len(shares)))
         table = ssn.cache.get(QUEUE_USAGE_KEY)
-        history: dict[str, list[float]] = {}
         if table:
             parents = {name: share.parent for name, share in self.shares.items()}
             history = usage_vectors(table, parents, QUEUE_RESOURCES)
-
-        # Each queue's fair share is divided among its children, top down (a loop: a
-        # recursive closure would be a reference cycle, which outlives the session
-        # until the garbage collector runs).
-        todo: list[tuple[str | None, np.ndarray]] = [(None, self.total)]
-        while todo:
-            parent, total = todo.pop()
-            siblings = children.get(parent, [])
-            if not siblings:
-                continue
-            prio = np.array([s.priority for s in siblings], dtype=np.int64)
-            rank = np.array([s.rank for s in siblings], dtype=np.int64)
-            # Resource-major like the rest: row r holds every sibling's usage of r.
-            usage = np.ascontiguousarray(
-                np.array([history.get(s.name, no_usage) for s in siblings]).T
-            )
-            # Resource-major: row r holds every sibling's value for resource r.
-            deserved, limit, weight, request = np.ascontiguousarray(
-                np.array(
-                    [
-                        [s.deserved for s in siblings],
-                        [s.limit for s in siblings],
-                        [s.weight for s in siblings],
-                        [s.request for s in siblings],
-                    ]
-                ).transpose(0, 2, 1)
-            )
-            for r in range(len(QUEUE_RESOURCES)):
-                fair = backend.divide_fair_share(
-                    float(total[r]),
-                    deserved[r],
-                    limit[r],
-                    weight[r],
-                    request[r],
-                    prio,
-                    rank,
-                    self.k_value,
-                    usage[r],
-                )
-                for s, value in zip(siblings, fair):
-                    s.fair_share[r] = value
-            todo.extend((s.name, s.fair_share) for s in reversed(siblings))
+            for i, share in enumerate(shares):
+                known = history.get(share.name)
+                if known is not None:
+                    usage[:, i] = known
+        fair = ssn.backend.divide_fair_share_tree(
+            self.total,
+            parent,
+            deserved,
+            limit,
+            weight,
+            request,
+            np.array([s.priority for s in shares]),
+            np.array([s.rank for s in shares]),
+            self.k_value,
+            usage,
+        )
+        for share, column in zip(shares, fair.T):
+            share.fair_share[...] = column
 
     # ----------------------------------------------------------- accounting
     def kernel_form(self, ssn: Session) -> QueueKernel | None:
