@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -198,6 +198,19 @@ class QueueShare:
         return np.where(self.limit == UNLIMITED, self.request, np.minimum(self.request, self.limit))
 
 
+class _ShareRows(NamedTuple):
+    """The matrices whose rows are the shares' arrays, one row per queue in rank order
+    (``QueueShare.rank``)."""
+
+    deserved: np.ndarray
+    limit: np.ndarray
+    weight: np.ndarray
+    fair_share: np.ndarray
+    allocated: np.ndarray
+    allocated_non_preemptible: np.ndarray
+    request: np.ndarray
+
+
 def queue_charge(
     ssn: Session,
     task: Task,
@@ -321,19 +334,25 @@ class ProportionPlugin(Plugin):
                 q.name,
             ),
         )
-        # Fair share, allocated, allocated non-preemptible and request: each queue's
-        # arrays are its rows of one matrix per quantity, so they are made and filled
-        # in bulk.
-        fair, allocated, allocated_np, request = np.zeros((4, len(queues), len(QUEUE_RESOURCES)))
+        # Every array of a share is its row of one matrix per quantity (rows in rank
+        # order), so the matrices are made and filled in bulk and read whole by the
+        # kernels: the rows are only ever changed in place.
+        n = len(queues)
+        quotas = np.array(
+            [(q.deserved, q.limit, q.over_quota_weight) for q in queues], dtype=np.float64
+        ).reshape(n, 3, len(QUEUE_RESOURCES))
+        deserved, limit, weight = quotas.transpose(1, 0, 2)
+        fair, allocated, allocated_np, request = np.zeros((4, n, len(QUEUE_RESOURCES)))
+        self._rows = _ShareRows(deserved, limit, weight, fair, allocated, allocated_np, request)
         for rank, q in enumerate(queues):
             self.shares[q.name] = QueueShare(
                 q.name,
                 q.parent,
                 q.priority,
                 rank,
-                q.deserved,
-                q.limit,
-                q.over_quota_weight,
+                deserved[rank],
+                limit[rank],
+                weight[rank],
                 fair[rank],
                 allocated[rank],
                 allocated_np[rank],
@@ -572,17 +591,10 @@ class ProportionPlugin(Plugin):
             return
         index: dict[str | None, int] = {share.name: i for i, share in enumerate(shares)}
         parent = np.array([index.get(share.parent, -1) for share in shares])  # -1: the root
+        rows = self._rows
         # Resource-major: row r holds every queue's value for resource r.
-        deserved, limit, weight, request = np.ascontiguousarray(
-            np.array(
-                [
-                    [s.deserved for s in shares],
-                    [s.limit for s in shares],
-                    [s.weight for s in shares],
-                    [s.request for s in shares],
-                ]
-            ).transpose(0, 2, 1)
-        )
+        quantities = (rows.deserved, rows.limit, rows.weight, rows.request)
+        deserved, limit, weight, request = (np.ascontiguousarray(m.T) for m in quantities)
         # Time-based fair share: the queues' historical usage, 0 where none is known.
         usage = np.zeros((len(QUEUE_RESOURCES), len(shares)))
         table = ssn.cache.get(QUEUE_USAGE_KEY)
@@ -605,8 +617,7 @@ class ProportionPlugin(Plugin):
             self.k_value,
             usage,
         )
-        for share, column in zip(shares, fair.T):
-            share.fair_share[...] = column
+        rows.fair_share[...] = fair.T
 
     # ----------------------------------------------------------- accounting
     def kernel_form(self, ssn: Session) -> QueueKernel | None:
@@ -622,14 +633,9 @@ class ProportionPlugin(Plugin):
         for name in names:
             path.extend(index[q] for q in ssn.queue_path(name))
             path_start.append(len(path))
-        rows = [shares[name] for name in names]
-
-        def matrix(attr: str) -> np.ndarray:
-            if not rows:
-                return np.zeros((0, 3))
-            return np.array([getattr(share, attr) for share in rows], dtype=np.float64)
-
-        deserved, limit, fair = matrix("deserved"), matrix("limit"), matrix("fair_share")
+        at = np.array([shares[name].rank for name in names], dtype=np.int64)  # rows by rank
+        rows = self._rows
+        deserved, limit, fair = rows.deserved[at], rows.limit[at], rows.fair_share[at]
         return QueueKernel(
             names=names,
             path_start=np.array(path_start, dtype=np.int64),
@@ -638,10 +644,10 @@ class ProportionPlugin(Plugin):
             limit=limit,
             fair_share=fair,
             allocatable=allocatable_shares(deserved, fair, limit),
-            allocated=matrix("allocated"),
-            allocated_non_preemptible=matrix("allocated_non_preemptible"),
-            priority=np.array([share.priority for share in rows], dtype=np.int64),
-            rank=np.array([share.rank for share in rows], dtype=np.int64),
+            allocated=rows.allocated[at],
+            allocated_non_preemptible=rows.allocated_non_preemptible[at],
+            priority=np.array([shares[name].priority for name in names], dtype=np.int64),
+            rank=at,
             total=np.asarray(self.total, dtype=np.float64),
         )
 
