@@ -32,7 +32,7 @@ from cpython.long cimport PyLong_FromVoidPtr
 
 from kai._fast.fields cimport (
     J_COUNT, J_CREATED, J_DELAY, J_FIT_ERRORS, J_GRACE, J_INVALID, J_LAST_EVICTION,
-    J_LAST_START, J_MIN_MEMBER, J_NAME, J_NAMESPACE, J_NEW_START, J_POD_GROUP,
+    J_KEY, J_LAST_START, J_MIN_MEMBER, J_NAME, J_NAMESPACE, J_NEW_START, J_POD_GROUP,
     J_PREEMPTIBILITY, J_PREEMPTIBLE, J_PRIORITY, J_QUEUE, J_STALE, J_STALE_SET, J_TASKS,
     J_UID, J_WARNINGS, T_COUNT, T_CREATED, T_EVICTED, T_FRACTION, T_GPU_GROUP,
     T_GPU_MEMORY, T_JOB, T_NAME, T_NAMESPACE, T_NODE, T_POD, T_REQUEST, T_STATUS, T_UID,
@@ -264,6 +264,7 @@ cdef class _Maker:
             put(job, JOB_OFF[J_UID], uid)
             put(job, JOB_OFF[J_NAME], name)
             put(job, JOB_OFF[J_NAMESPACE], namespace)
+            put(job, JOB_OFF[J_KEY], f"{namespace}/{name}")
             put(job, JOB_OFF[J_QUEUE], queue)
             put(job, JOB_OFF[J_PRIORITY], priority)
             put(job, JOB_OFF[J_MIN_MEMBER], min_member)
@@ -312,7 +313,7 @@ cdef class _Maker:
             if problem is self:
                 problem = self.queue_problems[queue] = self.maker.queue_problem(queue)
             job.invalid_reason = problem
-        self.jobs[f"{namespace}/{name}"] = job
+        self.jobs[job.key] = job
         return job
 
 

@@ -15,7 +15,7 @@
 from kai._fast.slots cimport get
 
 cdef enum:
-    J_UID, J_NAME, J_NAMESPACE, J_QUEUE, J_PRIORITY, J_MIN_MEMBER, J_PREEMPTIBLE,
+    J_UID, J_NAME, J_NAMESPACE, J_KEY, J_QUEUE, J_PRIORITY, J_MIN_MEMBER, J_PREEMPTIBLE,
     J_PREEMPTIBILITY, J_CREATED, J_TASKS, J_POD_GROUP, J_LAST_START, J_STALE,
     J_LAST_EVICTION, J_GRACE, J_DELAY, J_INVALID, J_WARNINGS, J_FIT_ERRORS, J_NEW_START,
     J_STALE_SET, J_COUNT
@@ -31,7 +31,7 @@ cdef enum:
 cdef inline tuple job_fields():
     """Job's fields, numbered as the J_ constants."""
     return (
-        "uid", "name", "namespace", "queue", "priority", "min_member", "preemptible",
+        "uid", "name", "namespace", "key", "queue", "priority", "min_member", "preemptible",
         "preemptibility", "creation_timestamp", "tasks", "pod_group",
         "last_start_timestamp", "stale_timestamp", "last_eviction_timestamp",
         "staleness_grace_period", "preemption_delay", "invalid_reason", "warnings",

@@ -142,6 +142,7 @@ class Job:
     uid: str
     name: str
     namespace: str
+    key: str  # namespace/name, made once: jobs are looked up and hashed by it
     queue: str | None
     priority: int
     min_member: int
@@ -184,6 +185,7 @@ class Job:
         self.uid = uid
         self.name = name
         self.namespace = namespace
+        self.key = f"{namespace}/{name}"
         self.queue = queue
         self.priority = priority
         self.min_member = min_member
@@ -207,10 +209,6 @@ class Job:
         self.fit_errors = []
         self.new_start_timestamp = None
         self.stale_since_set = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
     def count(self, statuses: frozenset[TaskStatus]) -> int:
         # A loop, not sum() over a generator: this runs for every job of every search,

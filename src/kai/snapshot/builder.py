@@ -291,7 +291,7 @@ class _JobMaker:
             job.invalid_reason = invalid
         elif job.invalid_reason is None:  # a pod's bad GPU annotation may have set it
             job.invalid_reason = self.queue_problem(queue)
-        state.jobs[f"{namespace}/{name}"] = job
+        state.jobs[job.key] = job
         return job
 
 
