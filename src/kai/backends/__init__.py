@@ -18,7 +18,8 @@ Inputs are never modified.
 
 Kernels (see :mod:`kai.backends.python_backend` for exact semantics):
 ``fit_mask``, ``binpack_score``, ``spread_score``, ``best_node``, ``ordered_nodes``,
-``dominant_share``, ``divide_fair_share``.
+``dominant_share``, ``divide_fair_share``, ``divide_fair_share_tree``, and the
+load-aware and victim-search kernels.
 
 Adding a kernel ``foo``:
   1. reference implementation ``foo`` in ``python_backend.py`` (argument prep helper in
