@@ -14,6 +14,7 @@ reasons, queue shares) of the fast path must equal the slow path's
 from __future__ import annotations
 
 import random
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -276,6 +277,57 @@ def test_each_backend_says_whether_it_has_the_fused_loop() -> None:
     assert get_backend("python").allocate_loop is None
     for name in FAST_BACKENDS:
         assert callable(get_backend(name).allocate_loop)
+
+
+def _jobs_to_rank(rng: random.Random, n: int, times: list[Any], uids: list[str]) -> list[Job]:
+    return [
+        Job(
+            rng.choice(uids),
+            f"job-{i}",
+            "default",
+            "q",
+            0,
+            1,
+            True,
+            "preemptible",
+            rng.choice(times),
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.skipif(_fast.module("loop") is None, reason="kai._fast.loop is not built")
+@pytest.mark.parametrize("seed", range(6))
+def test_default_order_ranks_match_the_reference(seed: int) -> None:
+    """The compiled loop ranks jobs in the default order (oldest first, none last, then
+    by uid) as the reference's sort does: UTC times sorted as microseconds and uids as
+    UTF-8 bytes where it can, the tuples otherwise (other zones, naive times, a uid
+    with a lone surrogate); equal keys keep their order."""
+    rng = random.Random(seed)
+    utc = [
+        datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
+        datetime(1970, 1, 1, tzinfo=timezone.utc),
+        datetime(2000, 2, 29, 12, 0, 0, 1, tzinfo=timezone.utc),
+        datetime(2026, 1, 1, 3, 41, tzinfo=timezone.utc),
+        datetime(2026, 1, 1, 3, 41, 0, 1, tzinfo=timezone.utc),
+        datetime(1, 1, 1, tzinfo=timezone.utc),
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc),
+        None,
+    ]
+    uids = ["a", "b", "ab", "é", "z", "ä", "\u4e2d", "job-10", "job-9", ""]
+    loop = _fast.module("loop")
+    cases = [(utc, uids)]
+    cases.append((utc + [datetime(2026, 1, 1, 5, 41, tzinfo=timezone(timedelta(hours=2)))], uids))
+    cases.append(([datetime(2026, 1, d) for d in range(1, 4)] + [None], uids))
+    cases.append((utc, [*uids, "\udc80"]))
+    for times, names in cases:
+        for n in (0, 1, 2, 7, 60):
+            jobs = _jobs_to_rank(rng, n, times, names)
+            reference = fast_allocate.job_columns(jobs, {"q": 0}, [], frozenset(), True)
+            compiled = loop.job_columns(jobs, {"q": 0}, [], frozenset(), True)
+            assert reference is not None and compiled is not None
+            assert list(compiled[-1]) == list(reference[-1])
+            assert sorted(reference[-1]) == list(range(n))
 
 
 @pytest.mark.skipif(not FAST_BACKENDS, reason="no backend with an allocate kernel")

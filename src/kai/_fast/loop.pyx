@@ -11,7 +11,18 @@ as ``array('q')`` rather than lists: the same values, which numpy takes as one b
 """
 
 from cpython cimport array
+from cpython.datetime cimport (
+    PyDateTime_CheckExact, PyDateTime_DATE_GET_TZINFO, datetime_day, datetime_hour,
+    datetime_microsecond, datetime_minute, datetime_month, datetime_second, datetime_year,
+    import_datetime,
+)
 from cpython.long cimport PyLong_FromVoidPtr
+from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_Check
+from libc.stdlib cimport free, malloc, qsort
+from libc.string cimport memcmp
+
+from datetime import timezone
 
 from kai.actions.common import job_unready_reason
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ALLOCATED, Job, Task, TaskStatus
@@ -28,6 +39,12 @@ from kai._fast.fields cimport (
 from kai._fast.slots cimport layout, new_object, put, replace
 
 cdef array.array INT64 = array.array("q")
+
+import_datetime()
+cdef object UTC = timezone.utc
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
 
 cdef object PENDING = TaskStatus.PENDING
 cdef object PIPELINED = TaskStatus.PIPELINED
@@ -92,7 +109,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
     cdef array.array job_min = array.clone(INT64, n, zero=False)
     cdef array.array job_np_mode = array.clone(INT64, n, zero=False)
     cdef array.array job_priority = array.clone(INT64, n, zero=False)
-    cdef list default_keys = []
+    cdef list default_keys = []  # what default_order_key gives, flattened
     cdef frozenset active_allocated = ACTIVE_ALLOCATED
     cdef frozenset allocated = ALLOCATED
     cdef list job_tasks, pending
@@ -158,7 +175,91 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         if active or allocset:
             counted.append((j, active, nonpipe, pipelined, allocset))
         j += 1
-    return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys
+    return (
+        tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority,
+        default_ranks(default_keys),
+    )
+
+
+# One job's default-order key in C: its creation time (UTC microseconds, after every
+# time where it has none) and its uid's UTF-8 bytes, whose order is the code points'.
+cdef struct DefaultKey:
+    long long created
+    const char* uid
+    Py_ssize_t uid_size
+    Py_ssize_t index
+
+
+cdef int by_default_order(const void* a, const void* b) noexcept nogil:
+    cdef const DefaultKey* x = <const DefaultKey*>a
+    cdef const DefaultKey* y = <const DefaultKey*>b
+    if x.created != y.created:
+        return -1 if x.created < y.created else 1
+    cdef Py_ssize_t n = x.uid_size if x.uid_size < y.uid_size else y.uid_size
+    cdef int c = memcmp(x.uid, y.uid, n)
+    if c != 0:
+        return c
+    if x.uid_size != y.uid_size:
+        return -1 if x.uid_size < y.uid_size else 1
+    return -1 if x.index < y.index else (1 if x.index > y.index else 0)  # a stable sort
+
+
+cdef long long days_from_civil(long long y, long long m, long long d) noexcept nogil:
+    """Days from 1970-01-01 to a proleptic Gregorian date."""
+    y -= m <= 2
+    cdef long long era = (y if y >= 0 else y - 399) // 400
+    cdef long long yoe = y - era * 400
+    cdef long long doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    cdef long long doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+cdef array.array default_ranks(list keys):
+    """Each job's position in the default order of ``keys`` (default_order_key's,
+    flattened), as the reference's stable sort gives it. Sorted in C where every
+    creation time is a datetime in UTC and every uid a string; else by the tuples."""
+    cdef Py_ssize_t n = len(keys), i
+    cdef array.array ranks = array.clone(INT64, n, zero=False)
+    cdef DefaultKey* rows = <DefaultKey*>malloc(max(n, 1) * sizeof(DefaultKey))
+    if rows == NULL:
+        raise MemoryError()
+    cdef bint exact = True
+    try:
+        for i in range(n):
+            flag, ts, uid = <tuple>keys[i]
+            if not PyUnicode_Check(uid):
+                exact = False
+                break
+            if flag:
+                rows[i].created = 0x7FFFFFFFFFFFFFFF  # after every time
+            elif PyDateTime_CheckExact(ts) and <object>PyDateTime_DATE_GET_TZINFO(ts) is UTC:
+                rows[i].created = (
+                    days_from_civil(datetime_year(ts), datetime_month(ts), datetime_day(ts))
+                    * 86400
+                    + datetime_hour(ts) * 3600
+                    + datetime_minute(ts) * 60
+                    + datetime_second(ts)
+                ) * 1000000 + datetime_microsecond(ts)
+            else:
+                exact = False
+                break
+            try:
+                rows[i].uid = PyUnicode_AsUTF8AndSize(uid, &rows[i].uid_size)
+            except UnicodeEncodeError:  # a lone surrogate: no UTF-8 bytes to compare
+                exact = False
+                break
+            rows[i].index = i
+        if exact:
+            qsort(rows, n, sizeof(DefaultKey), by_default_order)
+            for i in range(n):
+                ranks.data.as_longlongs[rows[i].index] = i
+            return ranks
+    finally:
+        free(rows)
+    order = sorted(range(n), key=keys.__getitem__)
+    for i in range(n):
+        ranks.data.as_longlongs[<Py_ssize_t>order[i]] = i
+    return ranks
 
 
 def task_columns(list tasks, dict node_index):

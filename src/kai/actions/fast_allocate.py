@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -64,12 +65,13 @@ log = logging.getLogger(__name__)
 _said: set[str] = set()
 
 _JOB_ORDER = {"priority", "elastic"}
+_JOB_UID = attrgetter("uid")
 _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
 
 #: job_columns: tasks, job_start, counted (job, active, non-pipelined, pipelined,
 #: allocated-set counts of the jobs with any), leaf queue, minMember, non-preemptible
-#: mode, negated priority, default order key.  (The integer columns are lists here,
-#: ``array('q')`` from the compiled module.)
+#: mode, negated priority, position in the default order (default_order_key).  (The
+#: integer columns are lists here, ``array('q')`` from the compiled module.)
 JobColumns = tuple[
     list[Task],
     Sequence[int],
@@ -78,7 +80,7 @@ JobColumns = tuple[
     Sequence[int],
     Sequence[int],
     Sequence[int],
-    list[tuple],
+    Sequence[int],
 ]
 #: task_columns: distinct request vectors, each task's row among them, one task per
 #: constraint set, each task's constraint set, (task, node) of the nominated tasks,
@@ -441,7 +443,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     unsupported = _unsupported(ssn, plugins)
     if unsupported is not None:
         return unsupported
-    if len({job.uid for job in jobs}) != len(jobs):
+    if len(set(map(_JOB_UID, jobs))) != len(jobs):
         return "jobs with equal uids"  # the heap's tie order is not reproduced
     proportion = plugins["proportion"]
     nodes = ssn.nodes
@@ -471,7 +473,7 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
             "a pending pod asks for GPU memory or for a fraction of a GPU the loop does "
             "not take, or a pod was evicted earlier in the session"
         )
-    tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys = job_cols
+    tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_rank = job_cols
     job_counts = np.zeros((4, len(jobs)), dtype=np.int64)
     for j, active, nonpipe, pipelined, allocset in counted:
         job_counts[:, j] = (active, nonpipe, pipelined, allocset)
@@ -488,11 +490,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
         else:  # elastic: computed by the kernel from the job's active tasks
             kinds.append(1)
             columns.append(np.zeros(n_jobs, dtype=np.int64))
-    order = sorted(range(n_jobs), key=default_keys.__getitem__)
-    rank = np.empty(n_jobs, dtype=np.int64)
-    rank[np.array(order, dtype=np.int64)] = np.arange(n_jobs, dtype=np.int64)
     kinds.append(0)
-    columns.append(rank)
+    columns.append(np.array(default_rank, dtype=np.int64))
     job_key = np.stack(columns, axis=1) if jobs else np.zeros((0, len(kinds)))
 
     # ---- task arrays
@@ -693,7 +692,11 @@ def job_columns(
         job_start.append(len(tasks))
         if active or allocset:
             counted.append((j, active, nonpipe, pipelined, allocset))
-    return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_keys
+    order = sorted(range(len(jobs)), key=default_keys.__getitem__)
+    default_rank = [0] * len(jobs)
+    for position, j in enumerate(order):
+        default_rank[j] = position
+    return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_rank
 
 
 def constraint_key(pod: PodObject) -> tuple | None:
