@@ -844,8 +844,17 @@ def test_placed_pods_charged_identically(seed: int) -> None:
     before = nodes.used.tobytes(), nodes.idle.tobytes()
     stray = dataclasses.replace(placed[0], node=n)
     with pytest.raises(IndexError):
-        ledger.charge_placed(nodes.used, nodes.idle, nodes.tasks, [*placed, stray])
+        ledger.charge_placed(nodes.used, nodes.idle, nodes.tasks, [*placed, stray], ())
     assert (nodes.used.tobytes(), nodes.idle.tobytes()) == before
+    # A releasing pod, or one on a shared GPU, is charged by add_task: nothing in bulk.
+    not_idle = (TaskStatus.RELEASING, TaskStatus.PIPELINED)
+    releasing = dataclasses.replace(placed[0], status=TaskStatus.RELEASING)
+    fraction = dataclasses.replace(placed[0], gpu_fraction=0.5)
+    for odd in (releasing, fraction):
+        assert not ledger.charge_placed(
+            nodes.used, nodes.idle, nodes.tasks, [*placed, odd], not_idle
+        )
+        assert (nodes.used.tobytes(), nodes.idle.tobytes()) == before
 
 
 @needs_compiled

@@ -30,7 +30,7 @@ from kai.api.model import Job, Task
 
 from kai._fast.fields cimport (
     J_COUNT, J_INVALID, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_TASKS, T_COUNT,
-    T_FRACTION, T_GPU_MEMORY, T_REQUEST, T_STATUS, job_field, job_fields, task_field,
+    T_FRACTION, T_GPU_MEMORY, T_NODE, T_REQUEST, T_STATUS, job_field, job_fields, task_field,
     task_fields,
 )
 from kai._fast.slots cimport layout
@@ -277,21 +277,36 @@ def add_at(object target, object index, object values):
         PyBuffer_Release(&vt)
 
 
-def charge_placed(object used, object idle, list node_tasks, list placed):
+def charge_placed(object used, object idle, list node_tasks, list placed, tuple not_idle):
     """The bulk charge of :func:`kai.snapshot.builder._charge_placed`, compiled: each
     task's request added to row ``task.node`` of ``used`` and its negation to that row
     of ``idle``, one task at a time in list order (the bits of ``np.add.at`` on the
     stacked requests), and the task added to ``node_tasks[task.node]``.
 
-    The rows are checked before anything is written; a request of the wrong length
-    raises on the way."""
+    False, with nothing written, when a task is not charged in bulk: its status is one
+    of ``not_idle`` (releasing or pipelined), or it asks for a fraction of a GPU or GPU
+    memory.  The rows are checked before anything is written; a request of the wrong
+    length raises on the way."""
     cdef Py_buffer vu, vi, vr
     cdef Py_ssize_t n, width, row, j
     cdef double* u
     cdef double* d
     cdef const double* r
-    cdef bint open_request = False
-    cdef object task, request, last = None
+    cdef bint open_request = False, direct
+    cdef object task, request, status, last = None
+    cdef list rows = []
+    for task in placed:
+        direct = TASK_SLOTS and type(task) is Task
+        status = task_field(task, direct, TASK_OFF, T_STATUS)
+        for other in not_idle:
+            if status is other:
+                return False
+        if (
+            task_field(task, direct, TASK_OFF, T_FRACTION) > 0
+            or task_field(task, direct, TASK_OFF, T_GPU_MEMORY) > 0
+        ):
+            return False
+        rows.append(task_field(task, direct, TASK_OFF, T_NODE))
     _get(used, &vu, PyBUF_WRITABLE, 2)
     try:
         _get(idle, &vi, PyBUF_WRITABLE, 2)
@@ -300,13 +315,14 @@ def charge_placed(object used, object idle, list node_tasks, list placed):
             width = vu.shape[1]
             if vi.shape[0] != n or vi.shape[1] != width or len(node_tasks) != n:
                 raise ValueError("used, idle and the node task sets of different sizes")
-            for task in placed:
-                row = task.node
+            for node in rows:
+                row = node
                 if not (0 <= row < n):
                     raise IndexError(f"node {row} out of bounds for {n} nodes")
-            for task in placed:
-                row = task.node
-                request = task.request
+            for i in range(len(placed)):
+                task = placed[i]
+                row = rows[i]
+                request = task_field(task, TASK_SLOTS and type(task) is Task, TASK_OFF, T_REQUEST)
                 if request is not last:  # tasks of one workload share their vector
                     if open_request:
                         PyBuffer_Release(&vr)
@@ -329,6 +345,7 @@ def charge_placed(object used, object idle, list node_tasks, list placed):
             PyBuffer_Release(&vi)
     finally:
         PyBuffer_Release(&vu)
+    return True
 
 
 # The most distinct targets add_vectors_to_each keeps open at once (a queue path's
