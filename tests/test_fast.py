@@ -302,6 +302,17 @@ def test_compiled_modules_write_objects_directly() -> None:
 
 
 @needs_compiled
+def test_an_unset_field_read_at_its_offset_raises() -> None:
+    # A job whose slots were never set (made without __init__) is read at the offsets,
+    # as a Job: the read raises AttributeError naming the class, not a crash.
+    loop = _fast.module("loop")
+    assert loop is not None
+    empty = model.Job.__new__(model.Job)
+    with pytest.raises(AttributeError, match="Job object has an unset field"):
+        loop.job_columns([empty], {}, [], frozenset(), True)
+
+
+@needs_compiled
 @pytest.mark.parametrize("seed", SEEDS)
 def test_loading_identical(seed: int) -> None:
     docs = _docs(seed)

@@ -15,12 +15,13 @@ import numpy as np
 
 from kai.api.model import ON_NODE, Job, Task, TaskStatus
 from kai.api.objects import PodGroupObject, PodObject
-from kai.api.preemptibility import PREEMPTIBILITY_LABEL, resolve_preemptibility
+from kai.api.preemptibility import PREEMPTIBILITY_LABEL as _PREEMPTIBILITY_LABEL
+from kai.api.preemptibility import resolve_preemptibility
+from kai.snapshot.builder import GPU_FRACTION_ANNOTATION as _GPU_FRACTION_ANNOTATION
+from kai.snapshot.builder import GPU_MEMORY_ANNOTATION as _GPU_MEMORY_ANNOTATION
+from kai.snapshot.builder import POD_GROUP_ANNOTATION as _POD_GROUP_ANNOTATION
+from kai.snapshot.builder import QUEUE_LABEL as _QUEUE_LABEL
 from kai.snapshot.builder import (
-    GPU_FRACTION_ANNOTATION,
-    GPU_MEMORY_ANNOTATION,
-    POD_GROUP_ANNOTATION,
-    QUEUE_LABEL,
     _add_foreign,
     earliest,
     missing_pod_group,
@@ -39,6 +40,20 @@ from kai._fast.fields cimport (
     job_fields, task_fields,
 )
 from kai._fast.slots cimport get, layout, new_object, offsets_of, put
+
+# The classes whose objects are read at their offsets, as C pointers: comparing a
+# type with one, or making one, reads a pointer rather than a module global.
+cdef type POD_CLASS = PodObject
+cdef type GROUP_CLASS = PodGroupObject
+cdef type JOB_CLASS = Job
+cdef type TASK_CLASS = Task
+
+# The keys read of every pod, as C globals (a module global is a dictionary lookup).
+cdef str PREEMPTIBILITY_LABEL = _PREEMPTIBILITY_LABEL
+cdef str GPU_FRACTION_ANNOTATION = _GPU_FRACTION_ANNOTATION
+cdef str GPU_MEMORY_ANNOTATION = _GPU_MEMORY_ANNOTATION
+cdef str POD_GROUP_ANNOTATION = _POD_GROUP_ANNOTATION
+cdef str QUEUE_LABEL = _QUEUE_LABEL
 
 cdef Py_ssize_t TASK_OFF[T_COUNT]
 cdef Py_ssize_t JOB_OFF[J_COUNT]
@@ -78,14 +93,14 @@ cdef bint GROUP_SLOTS = offsets_of(PodGroupObject, GROUP_READ, GROUP_OFF)
 
 cdef inline object pf(object pod, int field):
     """A field of a parsed pod: read at its offset from a PodObject."""
-    if POD_SLOTS and type(pod) is PodObject:
+    if POD_SLOTS and type(pod) is POD_CLASS:
         return get(pod, POD_OFF[field])
     return getattr(pod, POD_READ[field])
 
 
 cdef inline object gf(object pg, int field):
     """A field of a parsed pod group."""
-    if GROUP_SLOTS and type(pg) is PodGroupObject:
+    if GROUP_SLOTS and type(pg) is GROUP_CLASS:
         return get(pg, GROUP_OFF[field])
     return getattr(pg, GROUP_READ[field])
 
@@ -176,7 +191,7 @@ cdef class _Maker:
             return Task(uid, name, namespace, job, request, status, pod, node, ZERO, ZERO,
                         None, created, False)
         # Written field by field: no tuple of them made and freed per pod.
-        task = new_object(Task)
+        task = new_object(TASK_CLASS)
         put(task, TASK_OFF[T_UID], uid)
         put(task, TASK_OFF[T_NAME], name)
         put(task, TASK_OFF[T_NAMESPACE], namespace)
@@ -260,7 +275,7 @@ cdef class _Maker:
         if DIRECT:
             # What Job.__init__ sets, with the pod group's fields read at
             # their offsets, written field by field.
-            job = new_object(Job)
+            job = new_object(JOB_CLASS)
             put(job, JOB_OFF[J_UID], uid)
             put(job, JOB_OFF[J_NAME], name)
             put(job, JOB_OFF[J_NAMESPACE], namespace)

@@ -9,7 +9,7 @@ the document is the same as ``SessionResult.to_json``'s.
 """
 
 from kai.api.model import ACTIVE_ALLOCATED, Job, Task, TaskStatus
-from kai.api.preemptibility import SEMI_PREEMPTIBLE
+from kai.api.preemptibility import SEMI_PREEMPTIBLE as _SEMI_PREEMPTIBLE
 from kai.engine import (
     _OUTPUT_STATUS,
     _SCHEDULED,
@@ -29,6 +29,15 @@ from kai._fast.fields cimport (
     job_field, job_fields, sets_as_object, task_field, task_fields,
 )
 from kai._fast.slots cimport field, layout, new_object, put, replace
+
+# The classes whose objects are read at their offsets, as C pointers: comparing a
+# type with one, or making one, reads a pointer rather than a module global.
+cdef type JOB_CLASS = Job
+cdef type TASK_CLASS = Task
+cdef str SEMI_PREEMPTIBLE = _SEMI_PREEMPTIBLE  # compared with every job's
+cdef type DECISION_CLASS = Decision
+cdef type GROUP_RESULT_CLASS = PodGroupResult
+cdef type POD_RESULT_CLASS = PodResult
 
 
 cdef extern from "Python.h":
@@ -69,11 +78,11 @@ def finish_decisions(list decisions, object annotations):
     cdef object seen_start = None, seen_annotations = None
     cdef bint direct, task_direct
     for d in decisions:
-        direct = DECISION_WRITABLE and type(d) is Decision
+        direct = DECISION_WRITABLE and type(d) is DECISION_CLASS
         task = decision_field(d, direct, DECISION_OFF, D_TASK)
         if task is None:
             continue  # collected already
-        task_direct = TASK_SLOTS and type(task) is Task
+        task_direct = TASK_SLOTS and type(task) is TASK_CLASS
         pod = f"{task_field(task, task_direct, TASK_OFF, T_NAMESPACE)}/{task_field(task, task_direct, TASK_OFF, T_NAME)}"
         if direct:
             replace(d, DECISION_OFF[D_POD], pod)
@@ -92,7 +101,7 @@ def finish_decisions(list decisions, object annotations):
         elif kind == "bind":
             job = task_field(task, task_direct, TASK_OFF, T_JOB)
             if job is not None:
-                last_start = job_field(job, JOB_SLOTS and type(job) is Job, JOB_OFF, J_NEW_START)
+                last_start = job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF, J_NEW_START)
                 if last_start is not None:
                     # A session starts its jobs at one time: the same mapping again.
                     if last_start is not seen_start:
@@ -116,7 +125,7 @@ def pod_results(list tasks, list names):
     cdef Py_ssize_t node
     cdef bint direct
     for t in tasks:
-        direct = TASK_SLOTS and type(t) is Task
+        direct = TASK_SLOTS and type(t) is TASK_CLASS
         status = task_field(t, direct, TASK_OFF, T_STATUS)
         node = task_field(t, direct, TASK_OFF, T_NODE)
         if node >= 0:
@@ -126,7 +135,7 @@ def pod_results(list tasks, list names):
         else:
             where = task_field(t, direct, TASK_OFF, T_POD).node_name
         if POD_DIRECT:
-            result = new_object(PodResult)
+            result = new_object(POD_RESULT_CLASS)
             put(result, POD_OFF[0], output_status[status])
             put(result, POD_OFF[1], where)
         else:
@@ -150,7 +159,7 @@ def group_results(dict jobs, annotations, dict evictions):
     cdef dict made = {}
     for key in sorted(jobs):
         job = jobs[key]
-        direct = JOB_SLOTS and type(job) is Job
+        direct = JOB_SLOTS and type(job) is JOB_CLASS
         found = evictions.get(key)
         group_evictions = () if found is None else tuple(found)
         tasks = job_field(job, direct, JOB_OFF, J_TASKS)
@@ -160,7 +169,7 @@ def group_results(dict jobs, annotations, dict evictions):
             out[key] = _job_result(key, job, annotations, group_evictions)
             continue
         task = <object>tasks[0]
-        status = task_field(task, TASK_SLOTS and type(task) is Task, TASK_OFF, T_STATUS)
+        status = task_field(task, TASK_SLOTS and type(task) is TASK_CLASS, TASK_OFF, T_STATUS)
         scheduled = status in scheduled_statuses and min_member <= 1
         fit_errors = job_field(job, direct, JOB_OFF, J_FIT_ERRORS)
         invalid = job_field(job, direct, JOB_OFF, J_INVALID)
@@ -186,7 +195,7 @@ def group_results(dict jobs, annotations, dict evictions):
             last_start = new_start
             stale_since = stale
         if GROUP_DIRECT:
-            result = new_object(PodGroupResult)
+            result = new_object(GROUP_RESULT_CLASS)
             put(result, GROUP_OFF[0], key)
             put(result, GROUP_OFF[1], job_field(job, direct, JOB_OFF, J_QUEUE))
             put(result, GROUP_OFF[2], job_field(job, direct, JOB_OFF, J_PREEMPTIBLE))
@@ -271,7 +280,7 @@ def result_document(result, bint explain):
     cdef list decisions = []
     cdef bint direct
     for key, g in (<dict?>result.pod_groups).items():
-        direct = GROUP_DIRECT and type(g) is PodGroupResult
+        direct = GROUP_DIRECT and type(g) is GROUP_RESULT_CLASS
         entry = _PyDict_NewPresized(8)  # room for every key: no resize on the way
         entry["queue"] = field(g, direct, GROUP_OFF[1], "queue")
         entry["preemptible"] = field(g, direct, GROUP_OFF[2], "preemptible")
@@ -291,7 +300,7 @@ def result_document(result, bint explain):
             entry["explain"] = field(g, direct, GROUP_OFF[6], "explain")
         groups[key] = entry
     for d in <list?>result.decisions:
-        direct = DECISION_DIRECT and type(d) is Decision
+        direct = DECISION_DIRECT and type(d) is DECISION_CLASS
         kind = decision_field(d, direct, DECISION_OFF, D_TYPE)
         entry = _PyDict_NewPresized(7)
         entry["action"] = decision_field(d, direct, DECISION_OFF, D_ACTION)
@@ -308,7 +317,7 @@ def result_document(result, bint explain):
             entry["podGroupAnnotations"] = copies.of(value)
         decisions.append(entry)
     for key, p in (<dict?>result.pods).items():
-        direct = POD_DIRECT and type(p) is PodResult
+        direct = POD_DIRECT and type(p) is POD_RESULT_CLASS
         pods[key] = {
             "status": field(p, direct, POD_OFF[0], "status"),
             "node": field(p, direct, POD_OFF[1], "node"),

@@ -35,6 +35,11 @@ from kai._fast.fields cimport (
 )
 from kai._fast.slots cimport layout
 
+# The classes whose objects are read at their offsets, as C pointers: comparing a
+# type with one, or making one, reads a pointer rather than a module global.
+cdef type JOB_CLASS = Job
+cdef type TASK_CLASS = Task
+
 # The offsets queue_sums reads jobs and tasks at (kai/_fast/fields.pxd).
 cdef Py_ssize_t JOB_OFF[J_COUNT]
 cdef Py_ssize_t TASK_OFF[T_COUNT]
@@ -296,7 +301,7 @@ def charge_placed(object used, object idle, list node_tasks, list placed, tuple 
     cdef object task, request, status, last = None
     cdef list rows = []
     for task in placed:
-        direct = TASK_SLOTS and type(task) is Task
+        direct = TASK_SLOTS and type(task) is TASK_CLASS
         status = task_field(task, direct, TASK_OFF, T_STATUS)
         for other in not_idle:
             if status is other:
@@ -322,7 +327,8 @@ def charge_placed(object used, object idle, list node_tasks, list placed, tuple 
             for i in range(len(placed)):
                 task = placed[i]
                 row = rows[i]
-                request = task_field(task, TASK_SLOTS and type(task) is Task, TASK_OFF, T_REQUEST)
+                direct = TASK_SLOTS and type(task) is TASK_CLASS
+                request = task_field(task, direct, TASK_OFF, T_REQUEST)
                 if request is not last:  # tasks of one workload share their vector
                     if open_request:
                         PyBuffer_Release(&vr)
@@ -466,7 +472,7 @@ def queue_sums(
         ):
             raise IndexError(f"queue sums of {n_q} queues, paths to row {width - 1}")
         for job in jobs:
-            direct = JOB_SLOTS and type(job) is Job
+            direct = JOB_SLOTS and type(job) is JOB_CLASS
             path = paths.get(job_field(job, direct, JOB_OFF, J_QUEUE))
             if path is None or job_field(job, direct, JOB_OFF, J_INVALID):
                 continue
@@ -479,7 +485,7 @@ def queue_sums(
                 core = ()
             non_preemptible = not job_field(job, direct, JOB_OFF, J_PREEMPTIBLE)
             for task in job_field(job, direct, JOB_OFF, J_TASKS):
-                task_direct = TASK_SLOTS and type(task) is Task
+                task_direct = TASK_SLOTS and type(task) is TASK_CLASS
                 status = task_field(task, task_direct, TASK_OFF, T_STATUS)
                 if _is_any(status, allocated_statuses):
                     allocated = True

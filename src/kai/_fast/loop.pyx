@@ -26,7 +26,7 @@ from datetime import timezone
 
 from kai.actions.common import job_unready_reason
 from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ALLOCATED, Job, Task, TaskStatus
-from kai.api.preemptibility import SEMI_PREEMPTIBLE
+from kai.api.preemptibility import SEMI_PREEMPTIBLE as _SEMI_PREEMPTIBLE
 from kai.framework.session import Decision, default_order_key
 
 from kai._fast.fields cimport (
@@ -37,6 +37,13 @@ from kai._fast.fields cimport (
     sets_as_object, task_field, task_fields,
 )
 from kai._fast.slots cimport layout, new_object, put, replace
+
+# The classes whose objects are read at their offsets, as C pointers: comparing a
+# type with one, or making one, reads a pointer rather than a module global.
+cdef type JOB_CLASS = Job
+cdef type TASK_CLASS = Task
+cdef str SEMI_PREEMPTIBLE = _SEMI_PREEMPTIBLE  # compared with every job's
+cdef type DECISION_CLASS = Decision
 
 cdef array.array INT64 = array.array("q")
 
@@ -67,7 +74,7 @@ def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_
     cdef bint has_pending, direct, task_direct
     record = ssn.record_fit_error
     for job in jobs:
-        direct = JOB_SLOTS and type(job) is Job
+        direct = JOB_SLOTS and type(job) is JOB_CLASS
         invalid = job_field(job, direct, JOB_OFF, J_INVALID)
         if invalid:
             record(job, invalid)
@@ -75,7 +82,7 @@ def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_
         alive = 0
         has_pending = False
         for t in <list?>job_field(job, direct, JOB_OFF, J_TASKS):
-            task_direct = TASK_SLOTS and type(t) is Task
+            task_direct = TASK_SLOTS and type(t) is TASK_CLASS
             status = task_field(t, task_direct, TASK_OFF, T_STATUS)
             if status in alive_statuses:
                 alive += 1
@@ -118,7 +125,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
     cdef bint direct, task_direct
     job_start.data.as_longlongs[0] = 0
     for job in jobs:
-        direct = JOB_SLOTS and type(job) is Job
+        direct = JOB_SLOTS and type(job) is JOB_CLASS
         queue = job_field(job, direct, JOB_OFF, J_QUEUE)
         job_leaf.data.as_longlongs[j] = -1 if queue is None else qidx.get(queue, -1)
         job_min.data.as_longlongs[j] = job_field(job, direct, JOB_OFF, J_MIN_MEMBER)
@@ -133,7 +140,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         job_tasks = job_field(job, direct, JOB_OFF, J_TASKS)
         if len(job_tasks) == 1:
             t = job_tasks[0]
-            task_direct = TASK_SLOTS and type(t) is Task
+            task_direct = TASK_SLOTS and type(t) is TASK_CLASS
             if task_field(t, task_direct, TASK_OFF, T_STATUS) is PENDING:
                 if task_field(t, task_direct, TASK_OFF, T_GPU_MEMORY) > 0 or (
                     task_field(t, task_direct, TASK_OFF, T_FRACTION) > 0 and not fractions
@@ -146,7 +153,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         pending = []
         active = nonpipe = pipelined = allocset = 0
         for t in job_tasks:
-            task_direct = TASK_SLOTS and type(t) is Task
+            task_direct = TASK_SLOTS and type(t) is TASK_CLASS
             status = task_field(t, task_direct, TASK_OFF, T_STATUS)
             if status is PENDING:
                 if task_field(t, task_direct, TASK_OFF, T_GPU_MEMORY) > 0 or (
@@ -277,7 +284,7 @@ def task_columns(list tasks, dict node_index):
     cdef bint direct
     last_request = None
     for t in tasks:
-        direct = TASK_SLOTS and type(t) is Task
+        direct = TASK_SLOTS and type(t) is TASK_CLASS
         request = task_field(t, direct, TASK_OFF, T_REQUEST)
         if request is not last_request:
             key = PyLong_FromVoidPtr(<void*>request)  # id(request), without a call
@@ -333,7 +340,7 @@ def place_decisions(
         else:
             status = BINDING
             kind = "bind"
-        direct = TASK_SLOTS and type(task) is Task
+        direct = TASK_SLOTS and type(task) is TASK_CLASS
         if direct:
             replace(task, TASK_OFF[T_NODE], node)
             replace(task, TASK_OFF[T_STATUS], status)
@@ -345,7 +352,7 @@ def place_decisions(
         groups = [] if device is None else [device]
         if DECISION_DIRECT:
             # Decision's fields (decision_fields()), written one by one.
-            decision = new_object(Decision)
+            decision = new_object(DECISION_CLASS)
             put(decision, DECISION_OFF[D_ACTION], action)
             put(decision, DECISION_OFF[D_TYPE], kind)
             put(decision, DECISION_OFF[D_TASK], task)
