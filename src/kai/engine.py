@@ -426,7 +426,7 @@ class _collect:
             d.pod = f"{task.namespace}/{task.name}"
             if d.type == "evict":
                 if (victim := task.job) is not None:
-                    evictions.setdefault(f"{victim.namespace}/{victim.name}", []).append(d)
+                    evictions.setdefault(victim.key, []).append(d)
             elif d.type == "bind":
                 job = task.job
                 if job is not None and (last_start := job.new_start_timestamp) is not None:

@@ -23,7 +23,7 @@ from kai.framework.session import Decision
 
 from kai._fast.fields cimport (
     D_ACTION, D_ANNOTATIONS, D_COUNT, D_GPU_GROUPS, D_NODE, D_POD, D_REASON, D_TASK,
-    D_TYPE, J_COUNT, J_FIT_ERRORS, J_INVALID, J_MIN_MEMBER, J_NEW_START,
+    D_TYPE, J_COUNT, J_FIT_ERRORS, J_INVALID, J_KEY, J_MIN_MEMBER, J_NEW_START,
     J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_STALE_SET, J_TASKS, J_WARNINGS, T_COUNT,
     T_JOB, T_NAME, T_NAMESPACE, T_NODE, T_POD, T_STATUS, decision_field, decision_fields,
     job_field, job_fields, sets_as_object, task_field, task_fields,
@@ -70,20 +70,28 @@ cdef object NOT_SCHEDULED_REASON = "not scheduled in this session"
 cdef object ZERO = 0
 
 
+cdef inline str pod_key(object task, bint direct):
+    """A task's pod as the result names it: namespace/name."""
+    return (
+        f"{task_field(task, direct, TASK_OFF, T_NAMESPACE)}/"
+        f"{task_field(task, direct, TASK_OFF, T_NAME)}"
+    )
+
+
 def finish_decisions(list decisions, object annotations):
     """``kai.engine._collect.finish_decisions``, compiled."""
     cdef dict evictions = {}
     cdef list records
     cdef object d, task, kind, job, key, last_start
     cdef object seen_start = None, seen_annotations = None
-    cdef bint direct, task_direct
+    cdef bint direct, task_direct, job_direct
     for d in decisions:
         direct = DECISION_WRITABLE and type(d) is DECISION_CLASS
         task = decision_field(d, direct, DECISION_OFF, D_TASK)
         if task is None:
             continue  # collected already
         task_direct = TASK_SLOTS and type(task) is TASK_CLASS
-        pod = f"{task_field(task, task_direct, TASK_OFF, T_NAMESPACE)}/{task_field(task, task_direct, TASK_OFF, T_NAME)}"
+        pod = pod_key(task, task_direct)
         if direct:
             replace(d, DECISION_OFF[D_POD], pod)
         else:
@@ -92,7 +100,8 @@ def finish_decisions(list decisions, object annotations):
         if kind == "evict":
             job = task_field(task, task_direct, TASK_OFF, T_JOB)
             if job is not None:
-                key = f"{job.namespace}/{job.name}"
+                job_direct = JOB_SLOTS and type(job) is JOB_CLASS
+                key = job_field(job, job_direct, JOB_OFF, J_KEY)
                 records = evictions.get(key)
                 if records is None:
                     evictions[key] = [d]
@@ -101,7 +110,8 @@ def finish_decisions(list decisions, object annotations):
         elif kind == "bind":
             job = task_field(task, task_direct, TASK_OFF, T_JOB)
             if job is not None:
-                last_start = job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF, J_NEW_START)
+                job_direct = JOB_SLOTS and type(job) is JOB_CLASS
+                last_start = job_field(job, job_direct, JOB_OFF, J_NEW_START)
                 if last_start is not None:
                     # A session starts its jobs at one time: the same mapping again.
                     if last_start is not seen_start:
@@ -140,7 +150,7 @@ def pod_results(list tasks, list names):
             put(result, POD_OFF[1], where)
         else:
             result = PodResult(output_status[status], where)
-        items.append((f"{task_field(t, direct, TASK_OFF, T_NAMESPACE)}/{task_field(t, direct, TASK_OFF, T_NAME)}", result))
+        items.append((pod_key(t, direct), result))
     items.sort()  # keys are unique: results never compared
     return dict(items)
 

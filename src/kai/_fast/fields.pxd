@@ -4,10 +4,12 @@
 #
 # A module keeps the offsets of a class in an array of its own, filled when it loads:
 #
+#     cdef type JOB_CLASS = Job
 #     cdef Py_ssize_t JOB_OFF[J_COUNT]
 #     cdef bint JOB_SLOTS = layout(Job, job_fields(), JOB_OFF)
 #
-# and reads a field with job_field(job, JOB_SLOTS and type(job) is Job, JOB_OFF, J_...).
+# and reads a field with job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF,
+# J_...): the class kept as a C global, so the test is a pointer comparison.
 # layout() checks that the class still has exactly these fields, as object slots; if
 # it does not, every object is read through its attributes (correct, slower), and the
 # modules' direct() say so.

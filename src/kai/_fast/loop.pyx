@@ -17,7 +17,6 @@ from cpython.datetime cimport (
     import_datetime,
 )
 from cpython.long cimport PyLong_FromVoidPtr
-from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_Check
 from libc.stdlib cimport free, malloc, qsort
 from libc.string cimport memcmp
@@ -131,8 +130,10 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         job_min.data.as_longlongs[j] = job_field(job, direct, JOB_OFF, J_MIN_MEMBER)
         if job_field(job, direct, JOB_OFF, J_PREEMPTIBILITY) == SEMI_PREEMPTIBLE:
             job_np_mode.data.as_longlongs[j] = 2
+        elif job_field(job, direct, JOB_OFF, J_PREEMPTIBLE):
+            job_np_mode.data.as_longlongs[j] = 0
         else:
-            job_np_mode.data.as_longlongs[j] = 0 if job_field(job, direct, JOB_OFF, J_PREEMPTIBLE) else 1
+            job_np_mode.data.as_longlongs[j] = 1
         job_priority.data.as_longlongs[j] = -job_field(job, direct, JOB_OFF, J_PRIORITY)
         ts = job_field(job, direct, JOB_OFF, J_CREATED)
         uid = job_field(job, direct, JOB_OFF, J_UID)

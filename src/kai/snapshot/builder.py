@@ -155,33 +155,38 @@ _NOT_IDLE = (TaskStatus.RELEASING, TaskStatus.PIPELINED)
 
 
 def _charge_placed(nodes: NodeTable, placed: list[Task]) -> None:
-    """Charge the tasks already on a node (in state order) to their nodes."""
+    """Charge the tasks already on a node (in state order) to their nodes: in bulk
+    unless one needs add_task (releasing, pipelined, on a shared GPU)."""
+    if not placed:
+        return
     ledger = _fast.module("ledger")
-    if placed and ledger is not None:
-        # In bulk unless a task needs add_task (compiled: the reference is below).
-        if ledger.charge_placed(nodes.used, nodes.idle, nodes.tasks, placed, _NOT_IDLE):
-            nodes.version += len(placed)
-            return
-    bulk = bool(placed)
-    for t in placed:  # a loop: no generator frame per task, as any() over one takes
-        if t.status in _NOT_IDLE or t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
-            bulk = False
-            break
-    if bulk:
-        # What add_task does per task, in bulk: the rows are added in task order, so
-        # the sums are bit-identical to charging the tasks one at a time (and x - y is
-        # x + -y, bit for bit).
-        rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
-        requests = np.array([t.request for t in placed], dtype=np.float64)
-        np.add.at(nodes.used, rows, requests)
-        np.add.at(nodes.idle, rows, -requests)
-        node_tasks = nodes.tasks
-        for t in placed:
-            node_tasks[t.node].add(t)
+    if ledger is not None:
+        # Charged in bulk, or nothing written (the reference is _charge_bulk).
+        charged = ledger.charge_placed(nodes.used, nodes.idle, nodes.tasks, placed, _NOT_IDLE)
+    else:
+        charged = _charge_bulk(nodes, placed)
+    if charged:
         nodes.version += len(placed)
     else:
         for task in placed:
             nodes.add_task(task)
+
+
+def _charge_bulk(nodes: NodeTable, placed: list[Task]) -> bool:
+    """What add_task does per task, in bulk, unless a task needs add_task (False,
+    nothing written). The rows are added in task order, so the sums are bit-identical
+    to charging the tasks one at a time (and x - y is x + -y, bit for bit)."""
+    for t in placed:  # a loop: no generator frame per task, as any() over one takes
+        if t.status in _NOT_IDLE or t.gpu_fraction > 0 or t.gpu_memory_mib > 0:
+            return False
+    rows = np.fromiter((t.node for t in placed), np.int64, len(placed))
+    requests = np.array([t.request for t in placed], dtype=np.float64)
+    np.add.at(nodes.used, rows, requests)
+    np.add.at(nodes.idle, rows, -requests)
+    node_tasks = nodes.tasks
+    for t in placed:
+        node_tasks[t.node].add(t)
+    return True
 
 
 class _JobMaker:
