@@ -1,5 +1,6 @@
-"""When the cyclic garbage collector runs in a long-running scheduler
-(``kai.memory.CycleCollector``)."""
+"""When the cyclic garbage collector runs: in a long-running scheduler
+(``kai.memory.CycleCollector``), and after a paused session or load
+(``kai.memory.gc_paused(promote=True)``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kai.memory import CycleCollector
+from kai.memory import CycleCollector, gc_paused
 
 
 class _Cycle:
@@ -76,3 +77,58 @@ def test_release_gives_every_object_back(collector):
     assert gc.get_freeze_count() > 0
     c.release()
     assert gc.get_freeze_count() == 0
+
+
+def _generation_of(obj: object) -> int | None:
+    """The collector's generation holding ``obj`` (None: untracked or frozen)."""
+    for generation in range(3):
+        if any(o is obj for o in gc.get_objects(generation)):
+            return generation
+    return None
+
+
+def test_a_promoting_pause_moves_what_it_made_to_the_oldest_generation():
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with gc_paused(promote=True):
+        made = [_Cycle() for _ in range(2_000)]  # more than a young pass's threshold
+        garbage = _Cycle()
+        gone = weakref.ref(garbage)
+        del garbage
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0  # nothing left frozen
+    assert gc.get_count()[0] < 100  # no young pass is due for what the pause made
+    assert _generation_of(made[0]) == 2 and _generation_of(made[-1]) == 2
+    assert gone() is not None  # promoted with the rest ...
+    gc.collect()
+    assert gone() is None  # ... and collected by the next full pass
+
+
+def test_a_plain_pause_leaves_its_objects_young():
+    with gc_paused():
+        made = [_Cycle() for _ in range(10)]
+    assert _generation_of(made[0]) == 0
+
+
+def test_a_promoting_pause_leaves_frozen_objects_frozen():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with gc_paused(promote=True):
+            made = _Cycle()
+        assert gc.get_freeze_count() == frozen  # not handed back to the collector
+        assert _generation_of(made) == 0
+    finally:
+        gc.unfreeze()
+
+
+def test_a_session_result_is_not_walked_by_a_young_pass():
+    """The objects of a session's result start in the oldest generation: the pass that
+    the first allocation after the session would start finds nothing due."""
+    from kai import bench_clusters as gen
+    from kai.engine import Snapshot, run_session
+
+    snap = Snapshot(gen.kai_topology("small", "mixed").objects())
+    result = run_session(snap, actions=["allocate"], now=gen.NOW)
+    assert result.decisions
+    assert gc.get_count()[0] < 100
+    assert _generation_of(result.decisions[0]) == 2

@@ -290,8 +290,9 @@ def _run_one(
 ) -> SessionResult:
     # A session allocates many small, long-lived objects (tasks, jobs, decisions) and
     # frees them together: the cyclic collector's passes over them cost a third of a
-    # large session and find nothing, so it is paused for the session's duration.
-    with gc_paused():
+    # large session and find nothing, so it is paused for the session's duration, and
+    # the result it returns is not walked by a young pass when the pause ends.
+    with gc_paused(promote=True):
         return _session(snapshot, config, now, backend, queue_usage)
 
 

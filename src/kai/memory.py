@@ -41,19 +41,42 @@ _MMAP_THRESHOLD = 32 << 20
 
 
 @contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused(*, promote: bool = False) -> Iterator[None]:
     """No cyclic garbage collection inside (one already paused stays paused).
 
     For work that makes many objects and no garbage cycles (loading a snapshot, a
     session, writing its result): the collector's passes would walk the whole growing
-    heap and find nothing."""
+    heap and find nothing.
+
+    With ``promote``, what the work made and still holds goes to the oldest generation
+    when the pause ends (:func:`promote_survivors`): a session's result, a loaded
+    snapshot.  Otherwise the first allocation after the pause starts a young-generation
+    pass over every one of those objects (the pause does not stop the allocation count),
+    which for a session of 100 nodes and 500 jobs costs a tenth of the session."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            if promote:
+                promote_survivors()
             gc.enable()
+
+
+def promote_survivors() -> None:
+    """Move every object the cyclic collector tracks to its oldest generation without a
+    pass, and reset the count of allocations that starts the next young pass.
+
+    ``gc.freeze`` then ``gc.unfreeze`` do exactly that, each in constant time.  The
+    objects moved are those a pass would find alive; a garbage cycle among them is
+    collected by the next full pass.  Skipped while anything is frozen (``kai run``'s
+    :class:`CycleCollector`, or an application that froze its objects before forking):
+    unfreezing would hand those objects back to the collector."""
+    if gc.get_freeze_count():
+        return
+    gc.freeze()
+    gc.unfreeze()
 
 
 def budget_mib() -> int:

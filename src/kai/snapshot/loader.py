@@ -1369,7 +1369,7 @@ def load_files(paths: Sequence[str]) -> ClusterObjects:
     if isinstance(paths, str):
         paths = [paths]
     builder = _Builder()
-    with gc_paused():
+    with gc_paused(promote=True):
         for path in _expand(paths):
             text, file = _read(path)
             for index, doc in _iter_documents(text, file):
@@ -1381,7 +1381,7 @@ def load_files(paths: Sequence[str]) -> ClusterObjects:
 def load_text(text: str, file: str = "<string>") -> ClusterObjects:
     """Load manifests from a YAML or JSON string; ``file`` names it in error messages."""
     builder = _Builder()
-    with gc_paused():
+    with gc_paused(promote=True):
         for index, doc in _iter_documents(text, file):
             builder.add_document(doc, file, index)
         return builder.finish()
@@ -1395,7 +1395,7 @@ def load_objects(objs: Iterable[dict], file: str = "<python>") -> ClusterObjects
     if isinstance(objs, dict):
         objs = [objs]
     builder = _Builder()
-    with gc_paused():
+    with gc_paused(promote=True):
         for index, doc in enumerate(objs):
             builder.add_document(doc, file, index)
         return builder.finish()
