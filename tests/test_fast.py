@@ -1037,3 +1037,69 @@ def test_leaf_read_identical(seed: int) -> None:
     compiled, reference = _both(_leaf_read_view, seed)
     assert compiled == reference
     assert any(isinstance(item, tuple) and item[1] for item in compiled)  # steps were read
+
+
+def _statement_view(seed: int, subclasses: bool) -> list[Any]:
+    """A statement that pipelines some pending pods, then evicts random runs of pods
+    (running ones and the ones it placed, some twice in a run) with
+    ``evict_all`` and rolls back to random points: after each step, its operations
+    and the session's pods, node rows and queue allocations, as values."""
+    rng = random.Random(seed)
+    state = Snapshot(random_cluster(seed, nodes=10, jobs=40).objects()).state()
+    if subclasses:
+        _as_subclasses(state.jobs.values())
+    config = SchedulerConfig.default()
+    ssn = Session(state, config, now=NOW)
+    ssn.open(config.build_plugins())
+    stmt = ssn.statement()
+    proportion = next(p for p in ssn.plugins if isinstance(p, ProportionPlugin))
+
+    def view() -> Any:
+        ops = [
+            (op.kind, op.task.uid, op.prev_status, op.prev_node, op.prev_group)
+            + (op.prev_virtual, op.reason, op.undone, op.held)
+            for op in stmt.ops
+        ]
+        standing = sorted(
+            (t.uid, [stmt.ops.index(op) for op in ops]) for t, ops in stmt._standing.items()
+        )
+        pods = [(t.uid, t.status, t.node, t.gpu_group, t.virtually_evicted) for t in state.tasks]
+        nodes = ssn.nodes
+        rows = (nodes.idle.tobytes(), nodes.releasing.tobytes(), nodes.used.tobytes())
+        queues = sorted(
+            (name, s.allocated.tobytes(), s.allocated_non_preemptible.tobytes())
+            for name, s in proportion.shares.items()
+        )
+        return ops, standing, pods, rows, queues, dict(ssn.queue_versions)
+
+    out = [view()]
+    pending = [t for t in state.tasks if t.status is TaskStatus.PENDING and not t.is_shared_gpu]
+    placed = rng.sample(pending, min(4, len(pending)))
+    for task in placed:
+        stmt.pipeline(task, rng.randrange(len(ssn.nodes.names)))
+    live = [t for t in state.tasks if t.node >= 0]
+    for _ in range(6):
+        run = [rng.choice(live) for _ in range(rng.randint(0, 40))]
+        run += placed[: rng.randint(0, len(placed))]  # placed (or placed back) by the statement
+        rng.shuffle(run)
+        stmt.evict_all(run, f"evicted {len(run)}")
+        out.append(view())
+        stmt.rollback(rng.randint(0, len(stmt.ops)))
+        out.append(view())
+    stmt.discard()
+    out.append(view())
+    ssn.close()
+    return out
+
+
+@needs_compiled
+@pytest.mark.parametrize("subclasses", [False, True])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_statement_eviction_runs_identical(seed: int, subclasses: bool) -> None:
+    """kai._fast.statement records and undoes a statement's plain evictions as
+    Statement.evict_all and Statement.rollback do in Python, operation for operation."""
+    compiled, reference = _both(_statement_view, seed, subclasses)
+    assert compiled == reference
+    assert compiled[0][2] == compiled[-1][2]  # the discard left every pod as it was
+    assert any(len(step[0]) > 20 for step in compiled)  # long runs were evicted
+    assert any(op[0] == "unplace" for step in compiled for op in step[0])  # and others

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kai import _fast
 from kai._dataclasses import dataclass
 from kai.api.model import ON_NODE as _ON_NODE
 from kai.api.model import Task, TaskStatus, VacatedPlace
@@ -226,35 +227,25 @@ class Statement:
             for task in tasks:
                 self.evict(task, reason)
             return
+        tasks = tasks if isinstance(tasks, list) else list(tasks)
+        compiled = _fast.module("statement")
+        record = record_plain_evictions if compiled is None else compiled.record_plain_evictions
         ops, standing = self.ops, self._standing
         run: list[Task] = []
         in_run: set[Task] = set()
-        for task in tasks:
-            if task in in_run:  # evicted again (restatus_all takes each pod once)
-                self._evicted_together(run)
-                run, in_run = [], set()
+        i, n = 0, len(tasks)
+        while True:
+            i = record(tasks, i, reason, ops, standing, run, in_run)
+            if i == n:
+                break
+            # A pod evicted again (restatus_all takes each pod once: the next run takes
+            # it), or one evicted otherwise.
+            self._evicted_together(run)
+            run, in_run = [], set()
+            task = tasks[i]
             if not _plainly_evicted(task):
-                self._evicted_together(run)
-                run, in_run = [], set()
                 self.evict(task, reason)
-                continue
-            op = _Op(
-                "evict",
-                task,
-                task.status,
-                task.node,
-                task.gpu_group,
-                task.virtually_evicted,
-                reason,
-            )
-            ops.append(op)
-            held = standing.get(task)
-            if held is None:
-                standing[task] = [op]
-            else:
-                held.append(op)
-            run.append(task)
-            in_run.add(task)
+                i += 1
         self._evicted_together(run)
 
     def _evicted_together(self, tasks: list[Task]) -> None:
@@ -351,15 +342,10 @@ class Statement:
         """Undo the last operations down to ``checkpoint`` while they are evictions
         that :meth:`_undo` puts back in place, as it does, their events fired together
         (:meth:`Session.fire_allocate_all`)."""
-        ops, standing = self.ops, self._standing
         run: list[_Op] = []
-        in_run: set[Task] = set()
-        # A pod evicted twice ends the run: NodeTable.restatus_all takes each pod once.
-        while len(ops) > checkpoint and _undone_in_place(ops[-1]) and ops[-1].task not in in_run:
-            op = ops.pop()
-            standing[op.task].pop()  # the last op: the latest standing one
-            run.append(op)
-            in_run.add(op.task)
+        compiled = _fast.module("statement")
+        pop = pop_plain_undos if compiled is None else compiled.pop_plain_undos
+        pop(self.ops, checkpoint, self._standing, run, set())
         if len(run) < _BATCHED_FROM:
             for op in run:
                 self._undo(op)
@@ -485,6 +471,61 @@ class Statement:
 #: The fewest evictions a statement makes, or undoes, together (a single one costs less
 #: alone than as a batch).
 _BATCHED_FROM = 2
+
+
+def record_plain_evictions(
+    tasks: list[Task],
+    start: int,
+    reason: str,
+    ops: list[_Op],
+    standing: dict[Task, list[_Op]],
+    run: list[Task],
+    in_run: set[Task],
+) -> int:
+    """Record the evictions of ``tasks[start:]`` as :meth:`Statement.evict` would, while
+    each is plain (:func:`_plainly_evicted`) and its pod not yet in ``run``: each
+    operation appended to ``ops`` and to its pod's standing ones, the pod to ``run`` and
+    ``in_run`` (the rows and events are :meth:`Statement._evicted_together`'s).  Returns
+    the index of the first task not recorded (``len(tasks)`` when none is left).
+
+    The reference of ``kai._fast.statement.record_plain_evictions``."""
+    for i in range(start, len(tasks)):
+        task = tasks[i]
+        if task in in_run or not _plainly_evicted(task):
+            return i
+        op = _Op(
+            "evict", task, task.status, task.node, task.gpu_group, task.virtually_evicted, reason
+        )
+        ops.append(op)
+        held = standing.get(task)
+        if held is None:
+            standing[task] = [op]
+        else:
+            held.append(op)
+        run.append(task)
+        in_run.add(task)
+    return len(tasks)
+
+
+def pop_plain_undos(
+    ops: list[_Op],
+    checkpoint: int,
+    standing: dict[Task, list[_Op]],
+    run: list[_Op],
+    in_run: set[Task],
+) -> None:
+    """Take the last operations off ``ops``, down to ``checkpoint``, while each is an
+    eviction that :meth:`Statement.rollback` undoes in place (:func:`_undone_in_place`)
+    of a pod not yet in ``in_run`` (NodeTable.restatus_all takes each pod once), each
+    off its pod's standing ones too (the last: the latest standing one), into ``run``
+    and ``in_run``.
+
+    The reference of ``kai._fast.statement.pop_plain_undos``."""
+    while len(ops) > checkpoint and _undone_in_place(ops[-1]) and ops[-1].task not in in_run:
+        op = ops.pop()
+        standing[op.task].pop()
+        run.append(op)
+        in_run.add(op.task)
 
 
 def _plainly_evicted(task: Task) -> bool:

@@ -276,6 +276,11 @@ class ProportionPlugin(Plugin):
         # Per queue, the allocated and the non-preemptible vectors of its path's shares
         # (what an event charges; the arrays are only ever changed in place).
         self._charged: dict[str | None, _Charged | None] = {}
+        # Per pod on whole GPUs of a job that is not semi-preemptible, what its events
+        # charge (_charge_of): read only from the pod's job, queue and request, which a
+        # session never changes.  A large reclaim charges the same victims at every
+        # simulation of its search.
+        self._fixed_charges: dict[Task, tuple[tuple[np.ndarray, ...], np.ndarray]] = {}
         self._limited_paths: dict[str | None, list[QueueShare]] = {}
         # Each whole-GPU request vector's queue columns, as an array and as Python
         # floats (see _whole_columns): pods of a workload share one request vector
@@ -529,6 +534,9 @@ class ProportionPlugin(Plugin):
 
         Semi-preemptible jobs: only the core (up to minMember) is non-preemptible.
         """
+        fixed = self._fixed_charges.get(task)
+        if fixed is not None:
+            return fixed
         job = task.job
         if job is None:
             return None
@@ -538,18 +546,20 @@ class ProportionPlugin(Plugin):
             charged = self._charged[job.queue] = self._charged_vectors(job.queue)
         if charged is None:
             return None
-        if task.gpu_fraction > 0 or task.gpu_memory_mib > 0:
-            vec = queue_vector(self.ssn, task)
-        else:
-            vec = self._whole_columns(task.request)[1]
-        if job.preemptibility == SEMI_PREEMPTIBLE:
+        whole = not (task.gpu_fraction > 0 or task.gpu_memory_mib > 0)
+        vec = self._whole_columns(task.request)[1] if whole else queue_vector(self.ssn, task)
+        semi = job.preemptibility == SEMI_PREEMPTIBLE
+        if semi:
             non_preemptible = counts_as_non_preemptible(task)
         else:
             non_preemptible = not job.preemptible  # what it gives for other jobs
         # ``share += sign * vec`` for sign -1 is ``share -= vec``, bit for bit; each
         # vector is its own sum, so charging the path's allocations, then its
         # non-preemptible ones, adds the same as alternating them share by share
-        return charged[1] if non_preemptible else charged[0], vec
+        got = charged[1] if non_preemptible else charged[0], vec
+        if whole and not semi:
+            self._fixed_charges[task] = got
+        return got
 
     def _whole_columns(self, request: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """What a pod on whole GPUs with ``request`` charges its queue: the request, its
@@ -566,12 +576,15 @@ class ProportionPlugin(Plugin):
         queue vector added to (subtracted from) its queue and every ancestor."""
         targets: list[tuple[np.ndarray, ...]] = []
         vectors: list[np.ndarray] = []
-        charge_of = self._charge_of
+        charge_of, fixed = self._charge_of, self._fixed_charges
         for task in tasks:
-            got = charge_of(task)
-            if got is not None:
-                targets.append(got[0])
-                vectors.append(got[1])
+            got = fixed.get(task)  # most pods: without the call
+            if got is None:
+                got = charge_of(task)
+                if got is None:
+                    continue
+            targets.append(got[0])
+            vectors.append(got[1])
         self._add_vectors_to_each(targets, vectors, sign > 0)
 
     def _cluster_total(self, ssn: Session) -> np.ndarray:
