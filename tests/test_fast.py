@@ -1061,7 +1061,7 @@ def _statement_view(seed: int, subclasses: bool) -> list[Any]:
             for op in stmt.ops
         ]
         standing = sorted(
-            (t.uid, [stmt.ops.index(op) for op in ops]) for t, ops in stmt._standing.items()
+            (t.uid, [stmt.ops.index(op) for op in held]) for t, held in stmt._standing.items()
         )
         pods = [(t.uid, t.status, t.node, t.gpu_group, t.virtually_evicted) for t in state.tasks]
         nodes = ssn.nodes
