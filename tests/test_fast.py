@@ -964,6 +964,11 @@ def test_row_arithmetic_refuses_what_numpy_would_not_write() -> None:
     assert all(not m.any() for m in rows)  # nothing written by a refused call
 
 
+def vars_of(columns: Any) -> list[np.ndarray]:
+    """A victim leaf's step columns (_StepArrays), in a fixed order."""
+    return [columns.simple, columns.node, columns.freed, columns.rows]
+
+
 def _leaf_read_view(seed: int) -> list[Any]:
     """Every victim leaf of a mixed cluster read through a filter that refuses some jobs
     (in random chunks, after a queue read part of the leaf ahead): the steps, the filter's
@@ -1007,6 +1012,9 @@ def _leaf_read_view(seed: int) -> list[Any]:
         steps = _LeafSteps(entries, cands, width)
         while (got := steps.read(ssn, rng.randint(1, 9))) > 0:
             out.append(got)
+            if rng.random() < 0.3:  # the columns as read so far, taken in part by part
+                columns = steps.arrays()
+                out.append([a[: columns.size].tolist() for a in vars_of(columns)])
         out.append(
             (
                 name,
@@ -1021,6 +1029,7 @@ def _leaf_read_view(seed: int) -> list[Any]:
                 [batch_view(b) for b in steps.batches],
                 ahead.neg,
                 ahead.low,
+                [a[: steps.arrays().size].tolist() for a in vars_of(steps.arrays())],
             )
         )
     out.append(sorted((job.uid, ok) for job, ok in cands.memo.items()))

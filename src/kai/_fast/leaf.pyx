@@ -11,6 +11,8 @@ eviction comes from ``whole_job_eviction``: the steps and memos are the same, ob
 for object, and the tests hold the two to it.
 """
 
+import numpy as np
+
 from kai.actions.solvers.batches import PreparedBatch, VictimBatch, whole_job_eviction
 from kai.actions.solvers.victims import simple_step
 from kai.api.model import ACTIVE_ALLOCATED
@@ -29,8 +31,10 @@ cdef frozenset ACTIVE = ACTIVE_ALLOCATED
 cdef Py_ssize_t GPU_COLUMN = GPU
 
 
-cdef object _eviction(object ssn, object job):
-    """``whole_job_eviction(ssn, job)``, a one-pod job's made here."""
+cdef object _eviction(object ssn, object job, int* simple):
+    """``whole_job_eviction(ssn, job)``, a one-pod job's made here: then ``simple`` is set
+    to whether it is a simple step (:func:`simple_step`); it is left as it was (-1) when
+    that is to be asked."""
     cdef list tasks = job.tasks
     if len(tasks) != 1:
         return whole_job_eviction(ssn, job)
@@ -42,6 +46,7 @@ cdef object _eviction(object ssn, object job):
         return whole_job_eviction(ssn, job)
     request = task.request
     freed = float(request[GPU_COLUMN])
+    whole = freed.is_integer()
     one = [task]
     at = node  # the node as a Python int, shared by the containers below
     batch = make(VictimBatch, BATCH_DIRECT, BATCH_OFF, (task.job, one, frozenset((at,)), None, None))
@@ -49,8 +54,9 @@ cdef object _eviction(object ssn, object job):
         PreparedBatch,
         PREPARED_DIRECT,
         PREPARED_OFF,
-        ([(at, freed, request)], [at], [(at, freed, freed.is_integer())]),
+        ([(at, freed, request)], [at], [(at, freed, whole)]),
     )
+    simple[0] = whole  # its one pod on a node, evicted whole: simple on whole GPUs
     return (one, False, batch, prepared)
 
 
@@ -73,6 +79,7 @@ def read(steps, ssn, Py_ssize_t count):
     cdef Py_ssize_t below = (positions[len(positions) - 1] if positions else len(entries)) - 1
     cdef Py_ssize_t done, pos, p
     cdef bint simple
+    cdef int made
     for done in range(count):
         # _Accepted.at_or_below(below, accepts): what was read already answers above
         # ``low``; below it, each job is asked in turn.
@@ -94,18 +101,45 @@ def read(steps, ssn, Py_ssize_t count):
             return done
         job = (<tuple>entries[pos])[2]
         got = memo.get(job)
+        made = -1
         if got is None:
-            got = memo[job] = _eviction(ssn, job)
+            got = memo[job] = _eviction(ssn, job, &made)
         positions.append(pos)
         neg.append(-pos)
         gots.append(got)
         batches.append((<tuple>got)[2])
-        simple = simple_step(job, got)
+        simple = made if made >= 0 else simple_step(job, got)
         simple_flags.append(simple)
         if simple:
             simple_at[(<tuple>got)[0][0]] = len(gots) - 1
         below = pos - 1
     return count
+
+
+def extend_arrays(arrays, list simple, list gots):
+    """``arrays.extend(simple, gots)`` (a
+    :class:`~kai.actions.solvers.victims._StepArrays`), compiled: the columns of the
+    steps from ``arrays.size`` on written in place."""
+    cdef Py_ssize_t start = arrays.size, end = len(simple), i, j
+    arrays.grow(end)
+    cdef unsigned char[::1] flags = arrays.simple.view(np.uint8)
+    cdef Py_ssize_t[::1] nodes = arrays.node
+    cdef double[::1] freed = arrays.freed
+    cdef double[:, ::1] rows = arrays.rows
+    cdef const double[:] row
+    cdef Py_ssize_t width = rows.shape[1]
+    for i in range(start, end):
+        if not simple[i]:
+            flags[i] = 0
+            continue
+        flags[i] = 1
+        node, gpus, request = (<list>(<tuple>gots[i])[3].items)[0]
+        nodes[i] = node
+        freed[i] = gpus
+        row = request
+        for j in range(width):
+            rows[i, j] = row[j]
+    arrays.size = end
 
 
 def direct():

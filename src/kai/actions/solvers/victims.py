@@ -391,20 +391,14 @@ class _StepArrays:
         self.rows = np.zeros((0, width), dtype=np.float64)  # one row per resource
 
     def extend(self, simple: list[bool], gots: list[Eviction]) -> None:
-        """Take in the steps from ``size`` on (``simple`` and ``gots`` of the leaf)."""
+        """Take in the steps from ``size`` on (``simple`` and ``gots`` of the leaf;
+        compiled: :mod:`kai._fast.leaf`)."""
+        compiled = _fast.module("leaf")
+        if compiled is not None:
+            compiled.extend_arrays(self, simple, gots)
+            return
         start, end = self.size, len(simple)
-        if end > len(self.simple):
-            capacity = max(64, 2 * len(self.simple), end)
-
-            def grown(old: np.ndarray) -> np.ndarray:
-                out = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
-                out[:start] = old[:start]
-                return out
-
-            self.simple = grown(self.simple)
-            self.node = grown(self.node)
-            self.freed = grown(self.freed)
-            self.rows = grown(self.rows)
+        self.grow(end)
         self.simple[start:end] = simple[start:end]
         for i in range(start, end):
             if simple[i]:
@@ -413,6 +407,22 @@ class _StepArrays:
                 self.freed[i] = freed
                 self.rows[i] = row
         self.size = end
+
+    def grow(self, end: int) -> None:
+        """Room for ``end`` steps (the first ``size`` kept, the rest zeros)."""
+        if end <= len(self.simple):
+            return
+        start, capacity = self.size, max(64, 2 * len(self.simple), end)
+
+        def grown(old: np.ndarray) -> np.ndarray:
+            out = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
+            out[:start] = old[:start]
+            return out
+
+        self.simple = grown(self.simple)
+        self.node = grown(self.node)
+        self.freed = grown(self.freed)
+        self.rows = grown(self.rows)
 
 
 class _Pushed:
