@@ -728,9 +728,9 @@ def test_batched_row_arithmetic_identical(seed: int) -> None:
         old = [int(k) for k in rng.integers(3, size=size)]
         new = [int(k) for k in rng.integers(3, size=size)]
         model.recharge_all(*reference, rows, picked, old, new)
-        ledger.recharge_all(*compiled, rows, picked, old, new)
         for i, request, a, b in zip(rows, picked, old, new):
-            ledger.recharge_rows(*one_by_one, i, request, a, b)
+            ledger.recharge_rows(*compiled, i, request, a, b)
+            model.recharge_rows(*one_by_one, i, request, a, b)
         # Each pod's queue path (indices of the shares), repeats and overlaps included.
         index = [
             tuple(int(j) for j in rng.choice(4, size=int(rng.integers(1, 4)))) for _ in range(size)
@@ -1112,3 +1112,34 @@ def test_statement_eviction_runs_identical(seed: int, subclasses: bool) -> None:
     assert compiled[0][2] == compiled[-1][2]  # the discard left every pod as it was
     assert any(len(step[0]) > 20 for step in compiled)  # long runs were evicted
     assert any(op[0] == "unplace" for step in compiled for op in step[0])  # and others
+
+
+def _restatus_view(seed: int, subclasses: bool) -> list[Any]:
+    """Random runs of a state's pods on nodes (each pod once a run) moved to random
+    statuses by the node table's ``restatus_all``: after each run, the rows and the
+    pods' statuses."""
+    rng = random.Random(seed)
+    state = Snapshot(random_cluster(seed, nodes=10, jobs=40).objects()).state()
+    if subclasses:
+        _as_subclasses(state.jobs.values())
+    nodes = state.nodes
+    live = [t for t in state.tasks if t.node >= 0]
+    statuses = [TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.PIPELINED, TaskStatus.BINDING]
+    out = []
+    for _ in range(20):
+        run = rng.sample(live, rng.randint(0, len(live)))
+        nodes.restatus_all(run, [rng.choice(statuses) for _ in run])
+        out.append((nodes.used.tobytes(), nodes.idle.tobytes(), nodes.releasing.tobytes()))
+        out.append([(t.uid, t.status) for t in state.tasks])
+    return out
+
+
+@needs_compiled
+@pytest.mark.parametrize("subclasses", [False, True])
+@pytest.mark.parametrize("seed", SEEDS[:5])
+def test_restatus_all_identical(seed: int, subclasses: bool) -> None:
+    """kai._fast.ledger.restatus_all moves pods' requests between their nodes' rows and
+    sets their statuses as kai.api.model.restatus_tasks does, bit for bit."""
+    compiled, reference = _both(_restatus_view, seed, subclasses)
+    assert compiled == reference
+    assert len({rows for rows in compiled[::2]}) > 10  # the rows moved

@@ -26,14 +26,14 @@ from cpython.buffer cimport (
 )
 from libc.string cimport strcmp
 
-from kai.api.model import Job, Task
+from kai.api.model import Job, Task, TaskStatus
 
 from kai._fast.fields cimport (
     J_COUNT, J_INVALID, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_TASKS, T_COUNT,
-    T_FRACTION, T_GPU_MEMORY, T_NODE, T_REQUEST, T_STATUS, job_field, job_fields, task_field,
-    task_fields,
+    T_FRACTION, T_GPU_MEMORY, T_NODE, T_REQUEST, T_STATUS, job_field, job_fields,
+    sets_as_object, task_field, task_fields,
 )
-from kai._fast.slots cimport layout
+from kai._fast.slots cimport layout, replace
 
 # The classes whose objects are read at their offsets, as C pointers: comparing a
 # type with one, or making one, reads a pointer rather than a module global.
@@ -195,18 +195,31 @@ def add_vector_to_each(tuple targets, object vector, bint add):
         PyBuffer_Release(&vv)
 
 
-def recharge_all(
-    object used, object idle, object releasing, list rows, list requests, list old_kinds,
-    list new_kinds,
-):
-    """:func:`kai.api.model.recharge_all`, compiled: the matrices are opened once."""
-    cdef Py_ssize_t count = len(rows)
-    if len(requests) != count or len(old_kinds) != count or len(new_kinds) != count:
-        raise ValueError("rows, requests and kinds of different lengths")
+# A task's status is written at its offset only where Task sets attributes as object does.
+cdef bint TASK_WRITES = TASK_SLOTS and sets_as_object(Task)
+cdef object STATUS_RELEASING = TaskStatus.RELEASING
+cdef object STATUS_PIPELINED = TaskStatus.PIPELINED
+
+
+cdef inline int _row_kind(object status) noexcept:
+    """kai.api.model's row kind of a status (``_ROW_KIND``)."""
+    if status is STATUS_RELEASING:
+        return RELEASING
+    if status is STATUS_PIPELINED:
+        return PIPELINED
+    return ON_IDLE
+
+
+def restatus_all(object used, object idle, object releasing, list tasks, list statuses):
+    """:func:`kai.api.model.restatus_tasks`, compiled: the matrices are opened once and
+    each task read (and its status written) at its offsets."""
+    cdef Py_ssize_t count = len(tasks)
+    if len(statuses) != count:
+        raise ValueError("tasks and statuses of different lengths")
     cdef Py_buffer v[3]  # used, idle, releasing
     cdef Py_buffer vr
     cdef Py_ssize_t k, i, n, n_rows
-    cdef int old_kind, new_kind
+    cdef bint direct
     _get3(used, idle, releasing, v)
     try:
         n_rows, n = v[0].shape[0], v[0].shape[1]
@@ -216,17 +229,28 @@ def recharge_all(
         ):
             raise IndexError("capacity matrices of different shapes")
         for k in range(count):
-            i = rows[k]
-            old_kind, new_kind = old_kinds[k], new_kinds[k]
-            _get(requests[k], &vr, 0, 1)
+            task = tasks[k]
+            direct = TASK_SLOTS and type(task) is TASK_CLASS
+            i = task_field(task, direct, TASK_OFF, T_NODE)
+            _get(task_field(task, direct, TASK_OFF, T_REQUEST), &vr, 0, 1)
             if vr.shape[0] != n or not (0 <= i < n_rows):
                 PyBuffer_Release(&vr)
                 raise IndexError(f"row {i} of a capacity matrix, {n} resources")
-            _charge(v, i, <const double*>vr.buf, n, old_kind, False)
-            _charge(v, i, <const double*>vr.buf, n, new_kind, True)
+            _charge(
+                v, i, <const double*>vr.buf, n,
+                _row_kind(task_field(task, direct, TASK_OFF, T_STATUS)), False,
+            )
+            _charge(v, i, <const double*>vr.buf, n, _row_kind(statuses[k]), True)
             PyBuffer_Release(&vr)
     finally:
         _release3(v)
+    # The statuses after every row: each row moved from the status the task had before.
+    for k in range(count):
+        task = tasks[k]
+        if TASK_WRITES and type(task) is TASK_CLASS:
+            replace(task, TASK_OFF[T_STATUS], statuses[k])
+        else:
+            task.status = statuses[k]
 
 
 cdef bint _is_int64(const char* fmt) noexcept:

@@ -500,10 +500,36 @@ def recharge_all(
     """:func:`recharge_rows` of each request, in order: ``requests[k]`` on row
     ``rows[k]``, from ``old_kinds[k]`` to ``new_kinds[k]``.
 
-    The reference of ``kai._fast.ledger.recharge_all``, which gives bit-identical rows.
+    The rows of :func:`restatus_tasks`.
     """
     for i, request, old, new in zip(rows, requests, old_kinds, new_kinds, strict=True):
         recharge_rows(used, idle, releasing, i, request, old, new)
+
+
+def restatus_tasks(
+    used: np.ndarray,
+    idle: np.ndarray,
+    releasing: np.ndarray,
+    tasks: list[Task],
+    statuses: list[TaskStatus],
+) -> None:
+    """Each of ``tasks`` (each at most once) to its status in ``statuses``: its request
+    moved on its node's rows from the row kind of its status to that of the new one
+    (:func:`recharge_all`, in order), then the statuses set.
+
+    The reference of ``kai._fast.ledger.restatus_all``, which gives bit-identical rows.
+    """
+    recharge_all(
+        used,
+        idle,
+        releasing,
+        [task.node for task in tasks],
+        [task.request for task in tasks],
+        [_ROW_KIND(task.status, ROWS_IDLE) for task in tasks],
+        [_ROW_KIND(status, ROWS_IDLE) for status in statuses],
+    )
+    for task, status in zip(tasks, statuses, strict=True):
+        task.status = status
 
 
 def add_vectors_to_each(
@@ -526,8 +552,8 @@ class RowFunctions(NamedTuple):
     recharge_rows: Callable[..., None]
     add_vector: Callable[..., None]
     add_vector_to_each: Callable[..., None]
-    recharge_all: Callable[..., None]
     add_vectors_to_each: Callable[..., None]
+    restatus_all: Callable[..., None]
 
 
 def row_functions() -> RowFunctions:
@@ -541,16 +567,16 @@ def row_functions() -> RowFunctions:
             recharge_rows,
             add_vector,
             add_vector_to_each,
-            recharge_all,
             add_vectors_to_each,
+            restatus_tasks,
         )
     return RowFunctions(
         ledger.charge_rows,
         ledger.recharge_rows,
         ledger.add_vector,
         ledger.add_vector_to_each,
-        ledger.recharge_all,
         ledger.add_vectors_to_each,
+        ledger.restatus_all,
     )
 
 
@@ -647,7 +673,7 @@ class NodeTable:
         state = dict(self.__dict__)
         del state["_charge_rows"]  # chosen again where the table is loaded
         del state["_recharge_rows"]
-        del state["_recharge_all"]
+        del state["_restatus_all"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -660,7 +686,7 @@ class NodeTable:
         a pickled table is loaded)."""
         rows = row_functions()
         self._charge_rows, self._recharge_rows = rows.charge_rows, rows.recharge_rows
-        self._recharge_all = rows.recharge_all
+        self._restatus_all = rows.restatus_all
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:
         """The value ``make()`` derives from the node objects alone (their labels,
@@ -761,17 +787,7 @@ class NodeTable:
         """:meth:`restatus` of each of ``tasks`` to its status in ``statuses``, in order
         (a task at most once)."""
         self.version += 2 * len(tasks)
-        self._recharge_all(
-            self.used,
-            self.idle,
-            self.releasing,
-            [task.node for task in tasks],
-            [task.request for task in tasks],
-            [_ROW_KIND(task.status, ROWS_IDLE) for task in tasks],
-            [_ROW_KIND(status, ROWS_IDLE) for status in statuses],
-        )
-        for task, status in zip(tasks, statuses, strict=True):
-            task.status = status
+        self._restatus_all(self.used, self.idle, self.releasing, tasks, statuses)
 
     def hold(self, task: Holdable, node: int) -> None:
         """Keep ``task``'s request releasing on ``node`` (the node a moved victim runs on,

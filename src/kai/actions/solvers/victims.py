@@ -110,11 +110,10 @@ class VictimPool(LeafPool):
         """The sorted entries of leaf ``name`` (keyed on its first read)."""
         entries = self.leaves.get(name)
         if entries is None:
-            key, known = self.key, self.entries
-            entries = []
-            for job, seq in self._unread.pop(name, {}).items():
-                entry = known[job] = (key(job), seq, job)
-                entries.append(entry)
+            unread = self._unread.pop(name, {})
+            jobs = list(unread)
+            entries = list(zip(map(self.key, jobs), unread.values(), jobs))
+            self.entries.update(zip(jobs, entries))
             entries.sort()
             self.leaves[name] = entries
             self._names[name] = None
