@@ -24,6 +24,7 @@ import ctypes
 import gc
 import os
 import platform
+import sysconfig
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -72,11 +73,17 @@ def promote_survivors() -> None:
     objects moved are those a pass would find alive; a garbage cycle among them is
     collected by the next full pass.  Skipped while anything is frozen (``kai run``'s
     :class:`CycleCollector`, or an application that froze its objects before forking):
-    unfreezing would hand those objects back to the collector."""
-    if gc.get_freeze_count():
+    unfreezing would hand those objects back to the collector.  On a free-threaded
+    interpreter, which has no generations to move, it does nothing."""
+    if not FREEZE_IS_CHEAP or gc.get_freeze_count():
         return
     gc.freeze()
     gc.unfreeze()
+
+
+#: Whether ``gc.freeze`` moves the collector's lists in constant time: not on a
+#: free-threaded interpreter, which marks every object instead.
+FREEZE_IS_CHEAP = not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
 def budget_mib() -> int:
