@@ -238,14 +238,16 @@ class Statement:
             i = record(tasks, i, reason, ops, standing, run, in_run)
             if i == n:
                 break
-            # A pod evicted again (restatus_all takes each pod once: the next run takes
-            # it), or one evicted otherwise.
-            self._evicted_together(run)
-            run, in_run = [], set()
             task = tasks[i]
-            if not _plainly_evicted(task):
-                self.evict(task, reason)
-                i += 1
+            if run:
+                # A pod evicted again (restatus_all takes each pod once: the next run
+                # takes it), or one evicted otherwise: the run ends here.
+                self._evicted_together(run)
+                run, in_run = [], set()
+                if _plainly_evicted(task):
+                    continue
+            self.evict(task, reason)  # (any eviction: what a run makes, one at a time)
+            i += 1
         self._evicted_together(run)
 
     def _evicted_together(self, tasks: list[Task]) -> None:
@@ -330,18 +332,22 @@ class Statement:
         ops = self.ops
         batches = self.ssn.batches_events()
         while len(ops) > checkpoint:
-            if batches and ops[-1].kind == "evict" and _undone_in_place(ops[-1]):
-                self._undo_evictions(checkpoint)
+            if (
+                batches
+                and ops[-1].kind == "evict"
+                and _undone_in_place(ops[-1])
+                and self._undo_evictions(checkpoint)
+            ):
                 continue
             op = ops.pop()
             if op.kind == "evict" and not op.undone:
                 self._standing[op.task].pop()  # the last op: the latest standing one
             self._undo(op)
 
-    def _undo_evictions(self, checkpoint: int) -> None:
+    def _undo_evictions(self, checkpoint: int) -> bool:
         """Undo the last operations down to ``checkpoint`` while they are evictions
         that :meth:`_undo` puts back in place, as it does, their events fired together
-        (:meth:`Session.fire_allocate_all`)."""
+        (:meth:`Session.fire_allocate_all`); whether there was any."""
         run: list[_Op] = []
         compiled = _fast.module("statement")
         pop = pop_plain_undos if compiled is None else compiled.pop_plain_undos
@@ -349,12 +355,13 @@ class Statement:
         if len(run) < _BATCHED_FROM:
             for op in run:
                 self._undo(op)
-            return
+            return bool(run)
         tasks = [op.task for op in run]
         self.ssn.nodes.restatus_all(tasks, [op.prev_status for op in run])
         for op in run:
             op.task.virtually_evicted = op.prev_virtual
         self.ssn.fire_allocate_all(tasks)
+        return True
 
     def discard(self) -> None:
         self.rollback(0)
