@@ -355,3 +355,35 @@ def test_victim_chunks_of_one_pod_jobs_equal_the_general_grouping(monkeypatch) -
     for builder in clusters:
         kai.run_session(kai.Snapshot(builder.objects()), actions=["reclaim"], now=NOW)
     assert all(kinds.values()), kinds
+
+
+def test_one_pod_chunks_as_one_matrix_equal_the_mixed_layout() -> None:
+    """A queue's chunks of one-pod jobs only are one matrix built at once: bit for bit
+    the rows the layout of a mix of pods and chunk vectors gives them (a core pod's
+    zeros turned positive, as a sum from zeros makes them)."""
+    import numpy as np
+
+    from kai.bench_clusters import kai_reclaim_many_single_gpu
+    from kai.plugins.proportion import QUEUE_COLUMNS
+    from kai.plugins.reclaim_rules import _QueueChunks
+
+    for nodes in (2, 5, 12):
+        state = kai.Snapshot(kai_reclaim_many_single_gpu(nodes).objects()).state()
+        pods = [t for t in state.tasks if t.node >= 0 and len(t.job.tasks) == 1]
+        for task in pods[::3]:
+            task.job.min_member = 0  # not a core chunk
+        for task in pods[::2]:  # a zero's sign is what a core chunk changes
+            request = task.request.copy()
+            request[QUEUE_COLUMNS] = np.where(
+                request[QUEUE_COLUMNS] == 0, -0.0, request[QUEUE_COLUMNS]
+            )
+            request[QUEUE_COLUMNS[0]] = -0.0
+            task.request = request
+        pairs = [(task.job, [task]) for task in pods]
+        assert len(pairs) > 8 and {p[0].min_member > 0 for p in pairs} == {True, False}
+        alone, mixed = _QueueChunks(), _QueueChunks()
+        alone.extend(None, pairs)  # type: ignore[arg-type]  # no job of several pods
+        mixed.extend(None, pairs)  # type: ignore[arg-type]
+        mixed.items.append(np.array([1.0, 2.0, 3.0]))
+        got, expected = alone.chunks(), mixed.chunks()[:-1]
+        assert got.shape == expected.shape and got.tobytes() == expected.tobytes()

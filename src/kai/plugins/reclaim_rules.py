@@ -243,14 +243,20 @@ class ReclaimRules:
     ) -> dict[str, _QueueChunks]:
         """The victims' chunks (:meth:`chunks`) per queue of ``shares``, each queue's
         jobs in key order."""
-        by_queue: dict[str, _QueueChunks] = {}
-        for job, tasks in _by_job_in_key_order(victim_tasks):
-            if job.queue in shares:
-                queue_chunks = by_queue.get(job.queue)
-                if queue_chunks is None:
-                    queue_chunks = by_queue[job.queue] = _QueueChunks()
-                queue_chunks.add(self, job, tasks)
-        return by_queue
+        by_queue: dict[str, list[tuple[Job, list[Task]]]] = {}
+        for pair in _by_job_in_key_order(victim_tasks):
+            queue = pair[0].queue
+            if queue in shares:
+                pairs = by_queue.get(queue)
+                if pairs is None:
+                    by_queue[queue] = [pair]
+                else:
+                    pairs.append(pair)
+        out: dict[str, _QueueChunks] = {}
+        for queue, pairs in by_queue.items():
+            out[queue] = chunks = _QueueChunks()
+            chunks.extend(self, pairs)
+        return out
 
     def _reclaimable(
         self,
@@ -350,11 +356,18 @@ class _QueueChunks:
         self.single = 0  # how many items are pods
 
     def add(self, rules: ReclaimRules, job: Job, tasks: list[Task]) -> None:
-        if len(tasks) == 1 and job.min_member >= 0 and not tasks[0].is_shared_gpu:
-            self.items.append((tasks[0], job.min_member > 0))
-            self.single += 1
-        else:
-            self.items.extend(rules.chunks(job, tasks))
+        self.extend(rules, [(job, tasks)])
+
+    def extend(self, rules: ReclaimRules, pairs: list[tuple[Job, list[Task]]]) -> None:
+        """The chunks of each job's ``tasks``, in order."""
+        items, single = self.items, 0
+        for job, tasks in pairs:
+            if len(tasks) == 1 and job.min_member >= 0 and not tasks[0].is_shared_gpu:
+                items.append((tasks[0], job.min_member > 0))
+                single += 1
+            else:
+                items.extend(rules.chunks(job, tasks))
+        self.single += single
 
     def chunks(self) -> list[np.ndarray] | np.ndarray:
         from kai.plugins.proportion import QUEUE_COLUMNS
@@ -369,6 +382,11 @@ class _QueueChunks:
                 else:
                     out.append(item)
             return out
+        if self.single == len(self.items):  # one-pod jobs only (most scenarios)
+            items = self.items
+            matrix = np.array([item[0].request for item in items])[:, QUEUE_COLUMNS]
+            matrix[np.fromiter((item[1] for item in items), bool, len(items))] += 0.0
+            return matrix
         matrix = np.empty((len(self.items), 3))
         if self.single:
             rows = [i for i, item in enumerate(self.items) if isinstance(item, tuple)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
-from heapq import heapify, heappop
+from heapq import heappop
 from itertools import count
 from typing import Any
 
@@ -155,18 +155,22 @@ class SimulationQueue(JobQueue):
             if base:
                 self.leaves[name] = _Leaf(base, replaces)
                 self._link(name)
-        seq = count(-len(participants))  # before a pool entry of an equal key
-        for job in participants:
-            name = job.queue or ""
-            leaf = self.leaves.get(name)
+        leaves = self.leaves
+        # Numbered before the pool's entries, which an equal key then follows.
+        entries = zip(map(pool.key, participants), count(-len(participants)), participants)
+        for entry in entries:
+            name = entry[2].queue or ""
+            leaf = leaves.get(name)
             if leaf is None:
-                leaf = self.leaves[name] = _Leaf([], replaces)
+                leaf = leaves[name] = _Leaf([], replaces)
                 self._link(name)
-            leaf.own.append((pool.key(job), next(seq), job))
-            leaf.left += 1
-        for leaf in self.leaves.values():
-            if len(leaf.own) > 1:
-                heapify(leaf.own)  # (key, seq) pairs are distinct
+            leaf.own.append(entry)
+        for leaf in leaves.values():
+            leaf.left = len(leaf.own)
+            if leaf.left > 1:
+                # A sorted list is a heap.  The participants come in victim order (the
+                # reverse of the job order, mostly), which the sort takes as one run.
+                leaf.own.sort()
         self.remaining = len(participants)
         self.participants = set(participants)
         self.pool = pool
