@@ -25,7 +25,7 @@ from kai.api import model
 from kai.api.errors import InputError
 from kai.api.model import ClusterState, TaskStatus
 from kai.api.preemptibility import SEMI_PREEMPTIBLE
-from kai.bench_clusters import NOW, cluster_fill, random_cluster
+from kai.bench_clusters import NOW, cluster_fill, kai_reclaim_large_jobs, random_cluster, storm
 from kai.config import SchedulerConfig
 from kai.engine import Snapshot, run_session
 from kai.framework.session import Session
@@ -392,6 +392,31 @@ def test_session_result_identical(seed: int) -> None:
     compiled, reference = _both(result, docs)
     assert compiled == reference
     assert any(d["type"] == "bind" for d in compiled[0]["decisions"])
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: kai_reclaim_large_jobs(60),
+        lambda: storm(40, 60, kind="reclaim"),
+        lambda: storm(40, 60, kind="preempt"),
+    ],
+    ids=["reclaim-large-jobs", "reclaim-storm", "preempt-storm"],
+)
+def test_eviction_heavy_sessions_identical(make: Any) -> None:
+    """Sessions whose simulations evict and restore hundreds of pods at a time (the
+    statement's eviction runs, the node table's status runs, the victim leaves' columns)
+    decide the same compiled and in pure Python."""
+    snap = Snapshot(make().objects())
+
+    def result() -> Any:
+        res = run_session(snap, actions=["allocate", "reclaim", "preempt"], now=NOW)
+        return res.to_json(explain=True)
+
+    compiled, reference = _both(result)
+    assert compiled == reference
+    assert sum(d["type"] == "evict" for d in compiled["decisions"]) >= 60
 
 
 @needs_compiled
