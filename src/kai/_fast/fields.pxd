@@ -69,6 +69,16 @@ cdef inline object task_field(object task, bint direct, const Py_ssize_t* offset
     return get(task, offsets[index]) if direct else getattr(task, task_fields()[index])
 
 
+cdef inline bint task_shares_gpu(
+    object task, bint direct, const Py_ssize_t* offsets
+) except -1:
+    """``task.is_shared_gpu`` (kai.api.model.Task): a GPU fraction or GPU memory asked."""
+    return (
+        task_field(task, direct, offsets, T_FRACTION) > 0
+        or task_field(task, direct, offsets, T_GPU_MEMORY) > 0
+    )
+
+
 cdef inline object decision_field(
     object decision, bint direct, const Py_ssize_t* offsets, int index
 ):

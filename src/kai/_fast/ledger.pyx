@@ -31,7 +31,7 @@ from kai.api.model import Job, Task, TaskStatus
 from kai._fast.fields cimport (
     J_COUNT, J_INVALID, J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_TASKS, T_COUNT,
     T_FRACTION, T_GPU_MEMORY, T_NODE, T_REQUEST, T_STATUS, job_field, job_fields,
-    sets_as_object, task_field, task_fields,
+    sets_as_object, task_field, task_fields, task_shares_gpu,
 )
 from kai._fast.slots cimport layout, replace
 
@@ -330,10 +330,7 @@ def charge_placed(object used, object idle, list node_tasks, list placed, tuple 
         for other in not_idle:
             if status is other:
                 return False
-        if (
-            task_field(task, direct, TASK_OFF, T_FRACTION) > 0
-            or task_field(task, direct, TASK_OFF, T_GPU_MEMORY) > 0
-        ):
+        if task_shares_gpu(task, direct, TASK_OFF):
             return False
         rows.append(task_field(task, direct, TASK_OFF, T_NODE))
     _get(used, &vu, PyBUF_WRITABLE, 2)

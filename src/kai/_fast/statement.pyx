@@ -18,8 +18,7 @@ from kai.api.model import Task
 from kai.framework.statement import _ON_NODE, _PLACED_BY_SESSION, _Op
 
 from kai._fast.fields cimport (
-    T_COUNT, T_EVICTED, T_FRACTION, T_GPU_GROUP, T_GPU_MEMORY, T_NODE, T_STATUS, task_field,
-    task_fields,
+    T_COUNT, T_EVICTED, T_GPU_GROUP, T_NODE, T_STATUS, task_field, task_fields, task_shares_gpu,
 )
 from kai._fast.slots cimport get, layout, make
 
@@ -43,14 +42,6 @@ cdef frozenset PLACED_BY_SESSION = _PLACED_BY_SESSION
 cdef str EVICT = "evict"
 
 
-cdef inline bint _shared(object task, bint direct) except -1:
-    """``task.is_shared_gpu``."""
-    return (
-        task_field(task, direct, TASK_OFF, T_FRACTION) > 0
-        or task_field(task, direct, TASK_OFF, T_GPU_MEMORY) > 0
-    )
-
-
 def record_plain_evictions(
     list tasks, Py_ssize_t start, object reason, list ops, dict standing, list run, set in_run
 ):
@@ -67,7 +58,7 @@ def record_plain_evictions(
         node = task_field(task, direct, TASK_OFF, T_NODE)
         if status in PLACED_BY_SESSION or node < 0 or status not in ON_NODE:
             return i
-        if _shared(task, direct):
+        if task_shares_gpu(task, direct, TASK_OFF):
             return i
         op = make(
             OP_CLASS,
@@ -97,12 +88,9 @@ def pop_plain_undos(list ops, Py_ssize_t checkpoint, dict standing, list run, se
         op = ops[len(ops) - 1]
         op_direct = OP_SLOTS and type(op) is OP_CLASS
         if op_direct:
-            kind, task, undone = get(op, OP_OFF[O_KIND]), get(op, OP_OFF[O_TASK]), get(
-                op, OP_OFF[O_UNDONE]
-            )
-            held, prev_node, prev_status = get(op, OP_OFF[O_HELD]), get(
-                op, OP_OFF[O_NODE]
-            ), get(op, OP_OFF[O_STATUS])
+            kind, task = get(op, OP_OFF[O_KIND]), get(op, OP_OFF[O_TASK])
+            undone, held = get(op, OP_OFF[O_UNDONE]), get(op, OP_OFF[O_HELD])
+            prev_node, prev_status = get(op, OP_OFF[O_NODE]), get(op, OP_OFF[O_STATUS])
         else:
             kind, task, undone = op.kind, op.task, op.undone
             held, prev_node, prev_status = op.held, op.prev_node, op.prev_status
@@ -111,7 +99,7 @@ def pop_plain_undos(list ops, Py_ssize_t checkpoint, dict standing, list run, se
         direct = TASK_SLOTS and type(task) is TASK_CLASS
         if not (task_field(task, direct, TASK_OFF, T_NODE) == prev_node >= 0):
             return
-        if prev_status not in ON_NODE or _shared(task, direct):
+        if prev_status not in ON_NODE or task_shares_gpu(task, direct, TASK_OFF):
             return
         if task in in_run:
             return
