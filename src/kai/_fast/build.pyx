@@ -436,6 +436,21 @@ def assemble(maker, list pods, str scheduler_name, list ordered_groups, list mem
     return placed
 
 
+def job_with_tasks(object job, object tasks):
+    """``Job.with_tasks``: a shallow copy of ``job`` that holds only ``tasks`` (a new
+    list), its fields copied slot by slot; None for an object this module does not lay
+    out (a subclass, or a changed model), which the reference copies."""
+    if not DIRECT or type(job) is not JOB_CLASS:
+        return None
+    view = new_object(JOB_CLASS)
+    cdef int i
+    for i in range(J_COUNT):
+        if i != J_TASKS:
+            put(view, JOB_OFF[i], get(job, JOB_OFF[i]))
+    put(view, JOB_OFF[J_TASKS], list(tasks))
+    return view
+
+
 def direct():
     """Whether tasks and jobs are written and parsed objects read slot by slot (False:
     the model's classes changed, and this module goes through them)."""
