@@ -1168,3 +1168,41 @@ def test_restatus_all_identical(seed: int, subclasses: bool) -> None:
     compiled, reference = _both(_restatus_view, seed, subclasses)
     assert compiled == reference
     assert len({rows for rows in compiled[::2]}) > 10  # the rows moved
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS)
+def test_queue_order_identical(seed: int) -> None:
+    """Proportion's queue order gives the same answer compiled (the native core's rule,
+    kai._fast.order) as the Python method, for every pair of queues, with and without
+    jobs and victims: allocations over and under fair share and deserved quota, ties,
+    unlimited and zero allocatable shares, priorities and signed zeros."""
+    from kai._fast import order
+
+    rng = random.Random(seed)
+    ssn = Session(Snapshot.from_objects(_docs(seed)).state(), SchedulerConfig.default(), now=NOW)
+    ssn.open(SchedulerConfig.default().build_plugins())
+    proportion = next(p for p in ssn.plugins if isinstance(p, ProportionPlugin))
+    shares = list(proportion.shares.values())
+    queues = [ssn.queues[s.name] for s in shares]
+    jobs = [None, *ssn.jobs.values()]
+    victims = [j for j in ssn.jobs.values() if any(t.node >= 0 for t in j.tasks)]
+    values = (0.0, -0.0, 1.0, 2.0, 4.0, 8.0, 1e-10, 3.5)
+    answers: set[int] = set()
+    for _ in range(30):
+        # New values for every share, often the same as another's (ties).
+        for share in shares:
+            for vec in (share.allocated, share.fair_share):
+                vec[...] = [rng.choice(values) * rng.choice((1, 1000)) for _ in range(3)]
+            if rng.random() < 0.3:
+                share.priority = rng.choice((0, 1, 2))
+        for _ in range(40):
+            left, right = rng.sample(queues, 2)
+            left_job, right_job = rng.choice(jobs), rng.choice(jobs)
+            lv = rng.sample(victims, min(len(victims), rng.randint(0, 3))) or None
+            rv = rng.sample(victims, min(len(victims), rng.randint(0, 3))) or None
+            args = (left, right, left_job, right_job, lv, rv)
+            expected = proportion.queue_order(*args)
+            assert order.queue_order(proportion, *args) == expected, args
+            answers.add(expected)
+    assert answers >= {-1, 1}  # both orders seen

@@ -65,7 +65,10 @@ bool exceeds(const QueueRules& q, const double* bound, const double* alloc, i64 
 }  // namespace
 
 int queue_order(const QueueRules& q, const double* alloc, i64 l, i64 r, const double* lreq,
-                const double* rreq) {
+                const double* rreq, const double* lheld, const double* rheld) {
+  static constexpr double kNone[3] = {0.0, 0.0, 0.0};
+  if (lheld == nullptr) lheld = kNone;
+  if (rheld == nullptr) rheld = kNone;
   const double* la = alloc + l * 3;
   const double* ra = alloc + r * 3;
   const double* lf = q.fair + l * 3;
@@ -84,8 +87,9 @@ int queue_order(const QueueRules& q, const double* alloc, i64 l, i64 r, const do
   if (lz != rz) return lz ? 1 : -1;
   double lv[3], rv[3];
   for (int k = 0; k < 3; ++k) {
-    lv[k] = (la[k] + lreq[k]) - 0.0;
-    rv[k] = (ra[k] + rreq[k]) - 0.0;
+    // x - 0.0 is x, bit for bit: a queue without victims compares as without the term.
+    lv[k] = (la[k] + lreq[k]) - lheld[k];
+    rv[k] = (ra[k] + rreq[k]) - rheld[k];
   }
   double lds = dominant(q, l, lv), rds = dominant(q, r, rv);
   if (lds != rds) return lds < rds ? -1 : 1;

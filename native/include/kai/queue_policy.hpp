@@ -35,8 +35,11 @@ enum Capacity : i64 { kFits = 0, kLimit = 2, kQuota = 3 };
 
 /// proportion.queue_order(l, r, ...) for the queues' allocations ``alloc`` (Q x 3) and
 /// the next requests of their jobs: < 0 when l goes first, > 0 when r does, else 0.
+/// ``lheld`` / ``rheld`` (3 values each, or null for none): what the victims taken so
+/// far from each queue hold, which the dominant share with the job leaves out.
 int queue_order(const QueueRules& q, const double* alloc, i64 l, i64 r, const double* lreq,
-                const double* rreq);
+                const double* rreq, const double* lheld = nullptr,
+                const double* rheld = nullptr);
 
 /// proportion.job_over_capacity for a job of leaf queue ``leaf`` asking ``request`` (its
 /// next pods, summed) of which ``np_request`` is non-preemptible (``has_np``): kFits, or

@@ -27,7 +27,18 @@ from types import ModuleType
 
 import numpy as np
 
-NAMES = ("bounds", "build", "collect", "convert", "layout", "leaf", "ledger", "loop", "statement")
+NAMES = (
+    "bounds",
+    "build",
+    "collect",
+    "convert",
+    "layout",
+    "leaf",
+    "ledger",
+    "loop",
+    "order",
+    "statement",
+)
 
 _modules: dict[str, ModuleType | None] = {}
 _disabled = os.environ.get("KAI_PURE_PYTHON", "") not in ("", "0")

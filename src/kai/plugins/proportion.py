@@ -15,7 +15,8 @@ more) and keeps non-preemptible jobs within quota.  The reclaim rules live in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -55,6 +56,8 @@ QUEUE_COLUMNS = np.array([CPU, MEMORY, GPU], dtype=np.intp)
 _Charged = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
 # What a job's cached request is kept by, per pod.
 _TASK_STATE = attrgetter("uid", "status", "virtually_evicted")
+#: Where the session's cache keeps a job's next request, per its tasks' states.
+JOB_REQUEST_KEY = "proportion.job_request"
 # ALLOCATED in a fixed order, for the compiled queue sums (which compare identities).
 _ALLOCATED_STATUSES = tuple(sorted(ALLOCATED, key=lambda status: status.value))
 
@@ -140,6 +143,8 @@ class QueueKernel:
 _ALLOCATABLE = "_allocatable"
 _ORDER_VIEW = "_order_view"
 _DERIVED = (_ALLOCATABLE, _ORDER_VIEW)
+#: How many order views a share keeps (one per value of its allocation and fair share).
+_ORDER_VIEWS_KEPT = 8
 
 
 @dataclass(eq=False)  # arrays: compared by identity
@@ -167,10 +172,10 @@ class QueueShare:
             self.deserved,
             self.limit,
             self.weight,
-            self.fair_share.copy(),
-            self.allocated.copy(),
-            self.allocated_non_preemptible.copy(),
-            self.request.copy(),
+            fair_share,
+            allocated,
+            allocated_non_preemptible,
+            request,
         )
         # What is derived from the arrays is kept with the values it was made of, so it
         # holds for the copy too (a search clones every share when it starts).
@@ -305,7 +310,7 @@ class ProportionPlugin(Plugin):
         self.total = self._cluster_total(ssn)
         self._divide(ssn)
         ssn.cache["proportion"] = self
-        ssn.add_queue_order_fn(self.queue_order, job_key=self._job_key)
+        ssn.add_queue_order_fn(self._queue_order_fn(), job_key=self._job_key)
         ssn.add_is_job_over_capacity_fn(self.job_over_capacity)
         ssn.add_is_non_preemptible_job_over_quota_fn(self.non_preemptible_over_quota)
         ssn.add_event_handler(
@@ -722,26 +727,47 @@ class ProportionPlugin(Plugin):
     def _order_view(self, share: QueueShare) -> tuple:
         """What :meth:`queue_order` reads of a queue apart from its job: allocated,
         over its fair share, deserved, allocatable share, the scale of its dominant
-        share (the allocatable share, the cluster's total where unlimited) and its
-        dominant share.  Kept until the queue's allocation or fair share changes
-        (compared by value)."""
+        share (the allocatable share, the cluster's total where unlimited), its
+        dominant share and its fair share.
+
+        Kept per value of the queue's allocation and fair share (a few of them: a
+        simulation moves a queue's allocation away and back, and its comparisons read
+        each state more than once), for the cluster total they were made with."""
         key = (share.allocated.tobytes(), share.fair_share.tobytes())
-        cached = share.__dict__.get(_ORDER_VIEW)
-        if cached is not None and cached[0] == key and cached[1] is self.total:
-            return cached[2]
+        kept = share.__dict__.get(_ORDER_VIEW)
+        if kept is None or kept[0] is not self.total:
+            kept = share.__dict__[_ORDER_VIEW] = (self.total, {})
+        views: dict[tuple[bytes, bytes], tuple] = kept[1]
+        found = views.get(key)
+        if found is not None:
+            return found
         alloc = share.allocated.tolist()
+        fair = share.fair_share.tolist()
         cap = share.allocatable_share().tolist()
         scale = [t if c == UNLIMITED else c for c, t in zip(cap, self.total.tolist())]
         view = (
             alloc,
-            all(f < a for f, a in zip(share.fair_share.tolist(), alloc)),
+            all(f < a for f, a in zip(fair, alloc)),
             share.deserved.tolist(),
             cap,
             scale,
             _dominant_share(scale, alloc),
+            fair,  # for the compiled queue order (kai._fast.order)
         )
-        share.__dict__[_ORDER_VIEW] = (key, self.total, view)
+        if len(views) >= _ORDER_VIEWS_KEPT:
+            views.clear()
+        views[key] = view
         return view
+
+    def _queue_order_fn(self) -> Callable[..., int]:
+        """:meth:`queue_order`, compiled where ``kai._fast.order`` is built (the native
+        core's rule on this plugin's order views)."""
+        compiled = _fast.module("order")
+        if compiled is None:
+            return self.queue_order
+        order = partial(compiled.queue_order, self)
+        order.queue_local = True  # type: ignore[attr-defined]  # as queue_order's (below)
+        return order
 
     def queue_order(
         self,
@@ -755,8 +781,8 @@ class ProportionPlugin(Plugin):
         ls, rs = self.shares.get(left.name), self.shares.get(right.name)
         if ls is None or rs is None:
             return 0
-        lalloc, lover, ldeserved, lcap, lscale, lds_alone = self._order_view(ls)
-        ralloc, rover, rdeserved, rcap, rscale, rds_alone = self._order_view(rs)
+        lalloc, lover, ldeserved, lcap, lscale, lds_alone, _ = self._order_view(ls)
+        ralloc, rover, rdeserved, rcap, rscale, rds_alone, _ = self._order_view(rs)
 
         # 1. under-utilized queues before over-utilized ones
         if lover != rover:
@@ -818,7 +844,7 @@ class ProportionPlugin(Plugin):
         # whenever one of the job's tasks changes status, as KAI invalidates its cache.
         # The pods are named too: views of one job may hold different pods.
         state = tuple(map(_TASK_STATE, job.tasks))
-        key = ("proportion.job_request", job.key, state)
+        key = (JOB_REQUEST_KEY, job.key, state)
         cached = self.ssn.cache.get(key)
         if cached is None:
             request = self.request_of(tasks_to_allocate(self.ssn, job))
