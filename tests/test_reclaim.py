@@ -387,3 +387,48 @@ def test_one_pod_chunks_as_one_matrix_equal_the_mixed_layout() -> None:
         mixed.items.append(np.array([1.0, 2.0, 3.0]))
         got, expected = alone.chunks(), mixed.chunks()[:-1]
         assert got.shape == expected.shape and got.tobytes() == expected.tobytes()
+
+
+def test_queues_frozen_at_a_search_start_read_later_are_as_they_were(monkeypatch) -> None:
+    """A search's frozen queues are the queues as its job's search started, however late
+    it first reads them: made then, from the rows copied at the start, they equal
+    clones taken at the start, array for array, after the search's simulations and
+    commits changed the live shares.  On generated clusters, under reclaim, preempt and
+    consolidation (whose searches mostly never read them)."""
+    from kai.bench_clusters import kai_reclaim_many_single_gpu, random_cluster
+    from kai.plugins.reclaim_rules import ReclaimRules
+    from tests._kai_cluster import NOW
+
+    fields = ("fair_share", "allocated", "allocated_non_preemptible", "request")
+    started, made_frozen = ReclaimRules.on_job_solution_start, ReclaimRules.frozen.fget
+    at_start: dict[int, dict] = {}
+    reads = {"read": 0, "live changed": 0}
+
+    def start(self) -> None:
+        started(self)
+        at_start[id(self)] = {n: s.clone() for n, s in self.plugin.shares.items()}
+
+    def frozen(self):
+        made = self._frozen_rows is not None
+        shares = made_frozen(self)
+        if made:
+            clones = at_start[id(self)]
+            assert list(shares) == list(clones)
+            for name, share in shares.items():
+                for f in fields:
+                    assert getattr(share, f).tobytes() == getattr(clones[name], f).tobytes()
+                assert share.priority == clones[name].priority
+                live = self.plugin.shares[name]
+                if any(getattr(live, f).tobytes() != getattr(share, f).tobytes() for f in fields):
+                    reads["live changed"] += 1
+            reads["read"] += 1
+        return shares
+
+    monkeypatch.setattr(ReclaimRules, "on_job_solution_start", start)
+    monkeypatch.setattr(ReclaimRules, "frozen", property(frozen))
+    clusters = [kai_reclaim_many_single_gpu(40), *(random_cluster(s, nodes=10) for s in range(8))]
+    for builder in clusters:
+        snap = kai.Snapshot(builder.objects())
+        kai.run_session(snap, actions=["consolidation", "reclaim", "preempt"], now=NOW)
+    assert reads["read"] > 0
+    assert reads["live changed"] > 0  # read after the live queues had moved on

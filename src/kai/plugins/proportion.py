@@ -164,6 +164,22 @@ class QueueShare:
     request: np.ndarray
 
     def clone(self) -> QueueShare:
+        return self.clone_with(
+            self.fair_share.copy(),
+            self.allocated.copy(),
+            self.allocated_non_preemptible.copy(),
+            self.request.copy(),
+        )
+
+    def clone_with(
+        self,
+        fair_share: np.ndarray,
+        allocated: np.ndarray,
+        allocated_non_preemptible: np.ndarray,
+        request: np.ndarray,
+    ) -> QueueShare:
+        """A copy of the share holding these arrays (copies of its own, or of its values
+        at some earlier time)."""
         copy = QueueShare(
             self.name,
             self.parent,
@@ -330,6 +346,12 @@ class ProportionPlugin(Plugin):
         from kai.plugins.reclaim_rules import register_reclaim_rules
 
         register_reclaim_rules(self, ssn)
+
+    @property
+    def share_rows(self) -> _ShareRows:
+        """The matrices whose rows are the shares' arrays (one row per queue, in rank
+        order), changed only in place."""
+        return self._rows
 
     @staticmethod
     def _as_dict(vec: np.ndarray) -> dict[str, float]:

@@ -19,7 +19,7 @@ victim sets are acceptable.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -91,13 +91,48 @@ def _involved(vectors: list[np.ndarray] | np.ndarray) -> set[int]:
     return {int(r) for r in np.flatnonzero((matrix > 0).any(axis=0))}
 
 
+class _FrozenRows(NamedTuple):
+    """The rows of proportion's shares that a session changes (``_ShareRows``), copied:
+    every share's arrays are rows of those matrices, changed only in place."""
+
+    fair_share: np.ndarray
+    allocated: np.ndarray
+    allocated_non_preemptible: np.ndarray
+    request: np.ndarray
+
+    @classmethod
+    def of(cls, plugin: ProportionPlugin) -> _FrozenRows:
+        rows = plugin.share_rows
+        return cls(
+            rows.fair_share.copy(),
+            rows.allocated.copy(),
+            rows.allocated_non_preemptible.copy(),
+            rows.request.copy(),
+        )
+
+    def shares(self, live: dict[str, QueueShare]) -> dict[str, QueueShare]:
+        """Each of ``live``'s shares as these rows left it (``QueueShare.clone`` of it
+        then)."""
+        return {
+            name: share.clone_with(
+                self.fair_share[share.rank],
+                self.allocated[share.rank],
+                self.allocated_non_preemptible[share.rank],
+                self.request[share.rank],
+            )
+            for name, share in live.items()
+        }
+
+
 class ReclaimRules:
     def __init__(self, plugin: ProportionPlugin, ssn: Session) -> None:
         self.plugin = plugin
         self.ssn = ssn
         self.multiplier = plugin.saturation_multiplier
-        # Queue state as it was when the current job's solution search started.
-        self.frozen: dict[str, QueueShare] | None = None
+        # Queue state as it was when the current job's solution search started: the
+        # shares' rows copied then (_Frozen), made into shares when first read.
+        self._frozen: dict[str, QueueShare] | None = None
+        self._frozen_rows: _FrozenRows | None = None
         self._request_memo: tuple[Job, tuple[int, int], np.ndarray] | None = None
         self._leveled: dict[tuple[str, str], tuple[str | None, str | None]] = {}
         self._victim_memo: dict[tuple[Job, str, str], tuple[tuple[int, ...], bool]] = {}
@@ -105,6 +140,19 @@ class ReclaimRules:
         self._answers: dict[tuple[Job, tuple[Task, ...], bytes], bool] = {}
 
     # ----------------------------------------------------------------- helpers
+    @property
+    def frozen(self) -> dict[str, QueueShare] | None:
+        """The queues as they were when the current job's solution search started (None
+        outside a search).  Copies of the shares' rows are taken at the start, and made
+        into shares the first time a search reads them: most searches of preempt and
+        consolidation never do, and each starts with a copy of four small matrices
+        rather than a clone of every share."""
+        rows = self._frozen_rows
+        if rows is not None:
+            self._frozen_rows = None
+            self._frozen = rows.shares(self.plugin.shares)
+        return self._frozen
+
     def _shares(self) -> dict[str, QueueShare]:
         return self.frozen if self.frozen is not None else self.plugin.shares
 
@@ -142,7 +190,8 @@ class ReclaimRules:
 
     # ------------------------------------------------------- extension points
     def on_job_solution_start(self) -> None:
-        self.frozen = {name: share.clone() for name, share in self.plugin.shares.items()}
+        self._frozen = None
+        self._frozen_rows = _FrozenRows.of(self.plugin)
         self._answers = {}
 
     def can_reclaim(self, job: Job) -> bool:
