@@ -258,6 +258,7 @@ class Session:
         self.jobs = state.jobs
         self.queues: dict[str, QueueInfo] = state.queues
         self._version_paths: dict[str | None, tuple[str, ...]] = {}  # _versioned_queues
+        self._queue_paths: dict[str, tuple[str, ...]] = {}  # queue_path
         self.decisions: list[Decision] = []
         self.plugins: list[Plugin] = []
         self.current_action: str = ""
@@ -1023,8 +1024,13 @@ class Session:
         return self.queues.get(job.queue) if job.queue else None
 
     def queue_path(self, name: str) -> list[str]:
-        """Root-to-leaf list of queue names ending with ``name``."""
-        return queue_path(self.queues, name)
+        """Root-to-leaf list of queue names ending with ``name`` (per queue, walked once:
+        a session's queue tree does not change, and every job queue an action makes
+        links its leaves by their paths)."""
+        path = self._queue_paths.get(name)
+        if path is None:
+            path = self._queue_paths[name] = tuple(queue_path(self.queues, name))
+        return list(path)
 
 
 def _job_filter(reg: _Reg, reclaimer: Job, queue: str) -> Callable[[Job], bool]:
