@@ -6,11 +6,13 @@ objects (:mod:`kai._fast.convert`) and reading a session's jobs into the fused a
 loop's columns and its placements back (:mod:`kai._fast.loop`) make or read one to
 three Python objects per pod; laying a victim-search simulation's participants out in
 arrays (:mod:`kai._fast.layout`) makes about twenty small arrays per simulation, and the
-search's counting bound (:mod:`kai._fast.bounds`) adds up a dozen batches per scenario.
-These modules are Cython, compiled by the same CMake build as the C++ core. Each takes
-the common case and hands anything else (an unusual field, an input error, a shared
-GPU) to the pure-Python code it speeds up, which stays the reference: both give
-identical results, and the tests hold them to it.
+search's counting bound (:mod:`kai._fast.bounds`) adds up a dozen batches per scenario;
+proportion's queue order (:mod:`kai._fast.order`), which the searches ask several times
+per probe, is the native core's rule, called on the plugin's values from Cython built
+as C++. These modules are Cython, compiled by the same CMake build as the C++ core.
+Each takes the common case and hands anything else (an unusual field, an input error,
+a shared GPU) to the pure-Python code it speeds up, which stays the reference: both
+give identical results, and the tests hold them to it.
 
 ``module(name)`` is the compiled module, or None when it was not built, when
 ``KAI_PURE_PYTHON`` is set (to anything but ``0`` or empty), or inside
