@@ -12,7 +12,6 @@ same answers.
 """
 
 from libc.stdint cimport int64_t
-from cpython.float cimport PyFloat_AS_DOUBLE
 
 from kai.api.model import Task
 from kai.plugins.proportion import _ORDER_VIEW, JOB_REQUEST_KEY
@@ -44,18 +43,13 @@ cdef extern from "kai/queue_policy.hpp" namespace "kai::alloc":
     ) noexcept
 
 
-cdef inline void floats(list values, double* out) noexcept:
-    """Three Python floats into ``out`` (the lists proportion keeps hold floats only)."""
-    out[0] = PyFloat_AS_DOUBLE(values[0])
-    out[1] = PyFloat_AS_DOUBLE(values[1])
-    out[2] = PyFloat_AS_DOUBLE(values[2])
-
-
-cdef inline void triple(tuple values, double* out) except *:
-    """A (cpu, memory, gpu) tuple of floats into ``out``."""
-    out[0] = values[0]
-    out[1] = values[1]
-    out[2] = values[2]
+cdef inline int floats(object values, double* out) except -1:
+    """A (cpu, memory, gpu) sequence of numbers into ``out`` (proportion keeps Python
+    floats: each is read without a call)."""
+    out[0] = <double>values[0]
+    out[1] = <double>values[1]
+    out[2] = <double>values[2]
+    return 0
 
 
 cdef tuple view_of(object plugin, object share):
@@ -140,14 +134,14 @@ def queue_order(
     cdef list rscale = rview[4]
     cdef int k
     for k in range(3):
-        total[k] = PyFloat_AS_DOUBLE(lscale[k] if cap[k] == -1.0 else rscale[k])
+        total[k] = <double>(lscale[k] if cap[k] == -1.0 else rscale[k])
     floats(request_of(plugin, left_job), lreq)
     floats(request_of(plugin, right_job), rreq)
     if left_victims:
-        triple(plugin._victims_held(left_victims), lheld)
+        floats(plugin._victims_held(left_victims), lheld)
         lheld_at = lheld
     if right_victims:
-        triple(plugin._victims_held(right_victims), rheld)
+        floats(plugin._victims_held(right_victims), rheld)
         rheld_at = rheld
     priority[0] = ls.priority
     priority[1] = rs.priority
