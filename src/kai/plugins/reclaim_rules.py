@@ -130,7 +130,7 @@ class ReclaimRules:
         self.ssn = ssn
         self.multiplier = plugin.saturation_multiplier
         # Queue state as it was when the current job's solution search started: the
-        # shares' rows copied then (_Frozen), made into shares when first read.
+        # shares' rows copied then (_FrozenRows), made into shares when first read.
         self._frozen: dict[str, QueueShare] | None = None
         self._frozen_rows: _FrozenRows | None = None
         self._request_memo: tuple[Job, tuple[int, int], np.ndarray] | None = None
