@@ -258,7 +258,7 @@ class Session:
         self.jobs = state.jobs
         self.queues: dict[str, QueueInfo] = state.queues
         self._version_paths: dict[str | None, tuple[str, ...]] = {}  # _versioned_queues
-        self._queue_paths: dict[str, tuple[str, ...]] = {}  # queue_path
+        self._queue_paths: dict[str | None, tuple[str, ...]] = {}  # _root_path
         self.decisions: list[Decision] = []
         self.plugins: list[Plugin] = []
         self.current_action: str = ""
@@ -928,7 +928,7 @@ class Session:
         leaf = job.queue if job is not None else None
         path = self._version_paths.get(leaf)
         if path is None:
-            path = self._version_paths[leaf] = tuple(reversed(queue_path(self.queues, leaf)))
+            path = self._version_paths[leaf] = tuple(reversed(self._root_path(leaf)))
         return path
 
     @contextmanager
@@ -1027,10 +1027,14 @@ class Session:
         """Root-to-leaf list of queue names ending with ``name`` (per queue, walked once:
         a session's queue tree does not change, and every job queue an action makes
         links its leaves by their paths)."""
+        return list(self._root_path(name))
+
+    def _root_path(self, name: str | None) -> tuple[str, ...]:
+        """:meth:`queue_path` of ``name`` (or of no queue: empty), walked once."""
         path = self._queue_paths.get(name)
         if path is None:
             path = self._queue_paths[name] = tuple(queue_path(self.queues, name))
-        return list(path)
+        return path
 
 
 def _job_filter(reg: _Reg, reclaimer: Job, queue: str) -> Callable[[Job], bool]:
