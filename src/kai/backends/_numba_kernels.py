@@ -1,7 +1,9 @@
 """Numba-compiled kernels (imported lazily by :mod:`kai.backends.numba_backend`).
 
 Each ``@njit(cache=True)`` function mirrors the reference implementation in
-:mod:`kai.backends.python_backend` operation for operation.  Arguments arrive already
+:mod:`kai.backends.python_backend` operation for operation, except the fair-share
+division, which both backends run from one source (:mod:`kai.backends._fair_share`).
+Arguments arrive already
 validated and converted (C-contiguous float64 / bool / int64).  Constants such as ``EPS``
 are passed as arguments so that the on-disk cache never holds stale values.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-UNLIMITED = -1.0
+from kai.backends import _fair_share
 
 # ----------------------------------------------------------------------------------- fit
 
@@ -126,124 +128,20 @@ def dominant_share(allocated, total):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
-def _unsatisfied(q, request, limit, fair):  # pragma: no cover - compiled
-    request_met = request[q] <= fair[q]
-    limit_met = limit[q] != UNLIMITED and limit[q] <= fair[q]
-    return not (request_met or limit_met)
+# The rule, written once (kai.backends._fair_share), compiled for arrays.
+_divide = njit(cache=True)(_fair_share.divide)
 
 
-@njit(cache=True)
-def divide_fair_share(
-    total, deserved, limit, weight, request, priority, rank, k_value, usage
-):  # pragma: no cover - compiled
+def divide_fair_share(total, deserved, limit, weight, request, priority, rank, k_value, usage):
     nq = deserved.shape[0]
-    requestable = np.empty(nq, dtype=np.float64)
-    for q in range(nq):
-        if limit[q] == UNLIMITED:
-            requestable[q] = request[q]
-        else:
-            requestable[q] = limit[q] if limit[q] < request[q] else request[q]
-
-    # Phase 1: deserved quota.
     fair = np.zeros(nq, dtype=np.float64)
-    remaining = total
-    for q in range(nq):
-        wanted = total if deserved[q] == UNLIMITED else deserved[q]
-        amount = requestable[q] if requestable[q] < wanted else wanted
-        fair[q] += amount
-        remaining -= amount
-    if remaining <= 0.0:
-        return fair
-
-    levels = np.unique(priority)[::-1]  # highest priority first
-    remainder = np.zeros(nq, dtype=np.float64)
-    share_weight = np.zeros(nq, dtype=np.float64)
-    active = np.empty(nq, dtype=np.int64)
-
-    # Phase 2: over-quota rounds.
-    for level in levels:
-        if not remaining > 0.0:
-            break
-        while remaining > 0.0:
-            n_active = 0
-            total_weight = 0.0
-            for q in range(nq):
-                if priority[q] != level or not _unsatisfied(q, request, limit, fair):
-                    continue
-                active[n_active] = q
-                n_active += 1
-                if requestable[q] - fair[q] > 0.0:
-                    total_weight += weight[q]
-            if total_weight == 0.0:
-                break
-            sum_share_weight = 0.0
-            for a in range(n_active):
-                q = active[a]
-                nw = weight[q] / total_weight
-                sw = nw + k_value * (nw - usage[q])
-                share_weight[q] = sw if 0.0 < sw else 0.0
-                sum_share_weight += share_weight[q]
-            if sum_share_weight == 0.0:
-                break
-            amount_this_round = remaining
-            someone_needed_less = False
-            changed = False
-            for a in range(n_active):
-                q = active[a]
-                if not share_weight[q] > 0.0:
-                    continue
-                fair_q = amount_this_round * share_weight[q] / sum_share_weight
-                need = requestable[q] - fair[q]
-                before = fair[q]
-                if need <= fair_q:
-                    fair[q] += need
-                    remaining -= need
-                    someone_needed_less = True
-                else:
-                    whole = np.floor(fair_q)
-                    fair[q] += whole
-                    remaining -= whole
-                    remainder[q] = fair_q - whole
-                if fair[q] != before:
-                    changed = True
-            if not someone_needed_less or not changed:
-                break
-
-    # Phase 3: fractional left-overs, by remainder desc, rank asc, index asc.
-    order = np.empty(nq, dtype=np.int64)
-    for level in levels:
-        if not remaining > 0.0:
-            break
-        n_order = 0
-        for q in range(nq):
-            if priority[q] != level or not remainder[q] > 0.0:
-                continue
-            # insertion sort
-            pos = n_order
-            while pos > 0 and _before(q, order[pos - 1], remainder, rank):
-                order[pos] = order[pos - 1]
-                pos -= 1
-            order[pos] = q
-            n_order += 1
-        for a in range(n_order):
-            if not remaining > 0.0:
-                break
-            q = order[a]
-            give = remaining if remaining < 1.0 else 1.0
-            fair[q] += give
-            remaining -= give
+    levels = np.unique(priority)[::-1].copy()  # highest priority first
+    _divide(
+        total, deserved, limit, weight, request, priority, rank, k_value, usage, levels,
+        fair, np.zeros(nq), np.zeros(nq), np.zeros(nq), np.zeros(nq, dtype=np.int64),
+        np.zeros(nq, dtype=np.int64),
+    )  # fmt: skip
     return fair
-
-
-@njit(cache=True)
-def _before(a, b, remainder, rank):  # pragma: no cover - compiled
-    """Ordering of the remainder phase: remainder desc, then rank asc, then index asc."""
-    if remainder[a] != remainder[b]:
-        return remainder[a] > remainder[b]
-    if rank[a] != rank[b]:
-        return rank[a] < rank[b]
-    return a < b
 
 
 # ----------------------------------------------------------------------------- loadaware

@@ -7,7 +7,6 @@ are expected to be finite (NaN handling is not part of the contract).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,6 @@ from kai.backends._common import (
     F64,
     I64,
     SOLVER_GPU_COLUMN,
-    UNLIMITED,
     BoolArray,
     StatelessIncrementalFit,
     divide_tree,
@@ -33,6 +31,7 @@ from kai.backends._common import (
     prep_scores_mask,
     prep_spread,
 )
+from kai.backends._fair_share import divide
 
 NAME = "python"
 
@@ -120,131 +119,34 @@ def divide_fair_share(
     k_value: Any,
     usage: Any,
 ) -> F64:
-    """KAI proportion plugin: divide ``total`` units of ONE resource among sibling queues.
-
-    ``-1`` in ``deserved`` = unlimited deserved quota, ``-1`` in ``limit`` = no limit.
-    ``rank`` breaks ties (smaller = older queue = wins).  Phases:
-
-    1. deserved quota in index order (may exhaust ``total``);
-    2. over-quota, per priority group from high to low, in weighted rounds handing out
-       whole units (``floor``) and remembering each queue's fractional remainder;
-    3. left-over units: per priority group, queues by remainder desc / rank asc get
-       ``min(1, remaining)`` each, one pass.
-    """
+    """KAI proportion plugin: divide ``total`` units of ONE resource among sibling queues
+    (:func:`kai.backends._fair_share.divide`, the rule, tells how)."""
     total, d, lim, w, req, prio, rnk, k, use = prep_fair_share(
         total, deserved, limit, weight, request, priority, rank, k_value, usage
     )
-    deserved_l = d.tolist()
-    limit_l = lim.tolist()
-    weight_l = w.tolist()
-    request_l = req.tolist()
-    rank_l = rnk.tolist()
-    usage_l = use.tolist()
-    nq = len(deserved_l)
-
-    requestable = [
-        request_l[q] if limit_l[q] == UNLIMITED else _min(request_l[q], limit_l[q])
-        for q in range(nq)
-    ]
-
-    # Phase 1: deserved quota.
+    nq = d.shape[0]
+    priorities = prio.tolist()
     fair = [0.0] * nq
-    remaining = total
-    for q in range(nq):
-        wanted = total if deserved_l[q] == UNLIMITED else deserved_l[q]
-        amount = _min(wanted, requestable[q])
-        fair[q] += amount
-        remaining -= amount
-    if remaining <= 0.0:
-        return np.array(fair, dtype=np.float64)
-
-    # Priority groups, highest first; queues of a group in index order.
-    prio_l = prio.tolist()
-    groups = [
-        [q for q in range(nq) if prio_l[q] == level] for level in sorted(set(prio_l), reverse=True)
-    ]
-
-    def unsatisfied(q: int) -> bool:
-        request_met = request_l[q] <= fair[q]
-        limit_met = limit_l[q] != UNLIMITED and limit_l[q] <= fair[q]
-        return not (request_met or limit_met)
-
-    # Phase 2: over-quota rounds.
-    remainder = [0.0] * nq
-    share_weight = [0.0] * nq
-    for group in groups:
-        if not remaining > 0.0:
-            break
-        while remaining > 0.0:
-            active = [q for q in group if unsatisfied(q)]
-            total_weight = 0.0
-            for q in active:
-                if requestable[q] - fair[q] > 0.0:
-                    total_weight += weight_l[q]
-            if total_weight == 0.0:
-                break
-            sum_share_weight = 0.0
-            for q in active:
-                nw = weight_l[q] / total_weight
-                share_weight[q] = _max(0.0, nw + k * (nw - usage_l[q]))
-                sum_share_weight += share_weight[q]
-            if sum_share_weight == 0.0:
-                break
-            amount_this_round = remaining
-            someone_needed_less = False
-            changed = False
-            for q in active:
-                if not share_weight[q] > 0.0:
-                    continue
-                fair_q = amount_this_round * share_weight[q] / sum_share_weight
-                need = requestable[q] - fair[q]
-                before = fair[q]
-                if need <= fair_q:
-                    fair[q] += need
-                    remaining -= need
-                    someone_needed_less = True
-                else:
-                    whole = _floor(fair_q)
-                    fair[q] += whole
-                    remaining -= whole
-                    remainder[q] = fair_q - whole
-                if fair[q] != before:
-                    changed = True
-            if not someone_needed_less or not changed:
-                break
-
-    # Phase 3: fractional left-overs.
-    for group in groups:
-        if not remaining > 0.0:
-            break
-        order = sorted(
-            (q for q in group if remainder[q] > 0.0),
-            key=lambda q: (-remainder[q], rank_l[q], q),
-        )
-        for q in order:
-            if not remaining > 0.0:
-                break
-            give = _min(1.0, remaining)
-            fair[q] += give
-            remaining -= give
-
+    # Lists: plain Python reads their items faster than an array's.
+    divide(
+        total,
+        d.tolist(),
+        lim.tolist(),
+        w.tolist(),
+        req.tolist(),
+        priorities,
+        rnk.tolist(),
+        k,
+        use.tolist(),
+        sorted(set(priorities), reverse=True),
+        fair,
+        [0.0] * nq,
+        [0.0] * nq,
+        [0.0] * nq,
+        [0] * nq,
+        [0] * nq,
+    )
     return np.array(fair, dtype=np.float64)
-
-
-# Explicit min/max/floor with the exact semantics of the C++ implementation
-# (std::min(a, b) == (b < a ? b : a), std::max(a, b) == (a < b ? b : a)).
-
-
-def _min(a: float, b: float) -> float:
-    return b if b < a else a
-
-
-def _max(a: float, b: float) -> float:
-    return b if a < b else a
-
-
-def _floor(x: float) -> float:
-    return float(math.floor(x)) if math.isfinite(x) else x
 
 
 def divide_fair_share_tree(
