@@ -25,7 +25,9 @@ Adding a kernel ``foo``:
   1. reference implementation ``foo`` in ``python_backend.py`` (argument prep helper in
      ``_common.py`` if it takes arrays), and its name in ``_common.KERNELS`` (+ a stub in
      the ``Backend`` protocol);
-  2. ``@njit(cache=True)`` kernel in ``_numba_kernels.py`` + wrapper in ``numba_backend.py``;
+  2. ``@njit(cache=True)`` kernel in ``_numba_kernels.py`` + wrapper in ``numba_backend.py``
+     (a loop that plain Python runs fast enough on lists can be written once, as
+     ``_fair_share.divide`` is, and compiled there as it is);
   3. C++ in ``native/include/kai/<area>.hpp`` + ``native/src/<area>.cpp`` (new sources go
      in ``KAI_NATIVE_SOURCES`` in CMakeLists.txt), binding in
      ``native/bindings/<area>.cpp``, its stub in ``kai/_native.pyi``, wrapper in
