@@ -3,9 +3,9 @@
 Each ``@njit(cache=True)`` function mirrors the reference implementation in
 :mod:`kai.backends.python_backend` operation for operation, except the fair-share
 division, which both backends run from one source (:mod:`kai.backends._fair_share`).
-Arguments arrive already
-validated and converted (C-contiguous float64 / bool / int64).  Constants such as ``EPS``
-are passed as arguments so that the on-disk cache never holds stale values.
+Arguments arrive already validated and converted (C-contiguous float64 / bool / int64).
+Constants such as ``EPS`` are passed as arguments so that the on-disk cache never holds
+stale values.
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ _divide = njit(cache=True)(_fair_share.divide)
 def divide_fair_share(total, deserved, limit, weight, request, priority, rank, k_value, usage):
     nq = deserved.shape[0]
     fair = np.zeros(nq, dtype=np.float64)
-    levels = np.unique(priority)[::-1].copy()  # highest priority first
+    # Highest priority first, copied contiguous: one compiled signature for every call.
+    levels = np.unique(priority)[::-1].copy()
     _divide(
         total, deserved, limit, weight, request, priority, rank, k_value, usage, levels,
         fair, np.zeros(nq), np.zeros(nq), np.zeros(nq), np.zeros(nq, dtype=np.int64),
