@@ -401,6 +401,22 @@ def test_story1_hot_node_is_excluded():
     assert reason == []
 
 
+def test_a_quantity_beyond_int64_is_held_at_the_bound():
+    """Koordinator's quantities are int64s, and Kubernetes caps a quantity at 2^63 - 1: a
+    node with ``100Ei`` of cpu (more millicores than an int64 holds) is filtered and
+    scored as one with the most cpu there is, not a crash."""
+    result = run(
+        cluster(
+            node("huge", cpu="100Ei", memory="100Ei"),
+            node("small"),
+            metric("huge", "10", "20Gi"),
+            metric("small", "10", "20Gi"),
+            pod("p", cpu="64"),  # more than the small node has
+        )
+    )
+    assert result.pods["default/p"].node == "huge"
+
+
 def test_story2_dominant_resource_balances_cpu_and_memory():
     """Story 2: a cpu-hungry pod goes where cpu, the dominant resource, has headroom."""
     objs = [

@@ -363,8 +363,17 @@ def parse_args(raw: Mapping[str, Any]) -> LoadAwareArgs:
 # -------------------------------------------------------------------- quantities
 
 
+#: The int64 range Koordinator's quantities live in.  Kubernetes caps a quantity's
+#: magnitude at 2^63 - 1; a larger one (``100Ei``, or millicores of a huge cpu) is
+#: held at the bound instead of overflowing.
+INT64_MAX = 2**63 - 1
+
+
 def to_int(value: float) -> int:
-    """A canonical quantity as Koordinator's int64 (``MilliValue``/``Value``: rounded up)."""
+    """A canonical quantity as Koordinator's int64 (``MilliValue``/``Value``: rounded up),
+    held within the int64 range."""
+    if not -INT64_MAX <= value <= INT64_MAX:
+        return INT64_MAX if value > 0 else -INT64_MAX
     r = round(value)
     if abs(value - r) <= 1e-9 * max(1.0, abs(value)):
         return int(r)
