@@ -99,6 +99,29 @@ def test_sessions_decide_the_same_without_it(seed: int, monkeypatch) -> None:
     assert _session(_random(seed), actions=ACTIONS) == compiled
 
 
+def test_a_session_without_predicates_is_re_placed_as_the_simulation(monkeypatch, verdicts) -> None:
+    # No predicate plugin: every constraint set's masks are empty (P = 0), and the core
+    # still tells the pods' sets apart by their slots.
+    config = {
+        "apiVersion": "kai.scheduler/v1",
+        "kind": "SchedulerConfiguration",
+        "actions": ",".join(ACTIONS),
+        "tiers": [{"plugins": [{"name": "proportion"}]}],
+    }
+
+    def sessions() -> list[dict]:
+        return [
+            _session(Snapshot.from_objects([*random_cluster(seed).dicts(), config]))
+            for seed in SEEDS[::4]
+        ]
+
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    decided = sessions()
+    assert verdicts[False] > 0 and verdicts[True] > 0, verdicts
+    _without_compiled(monkeypatch)
+    assert sessions() == decided
+
+
 @pytest.mark.parametrize(("name", "size"), SCENARIOS)
 def test_bench_scenarios_decide_the_same(name: str, size: str, monkeypatch, verdicts) -> None:
     scenario = bench.SCENARIOS[name]

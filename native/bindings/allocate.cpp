@@ -418,11 +418,13 @@ class NodePicker {
     const Bool within = sized<Bool>(sim, "within", N);
     const Bool masks = field<Bool>(sim, "masks");
     r.P = py::cast<i64>(attr(sim, "predicates"));
-    const std::size_t per_mask = static_cast<std::size_t>(r.P) * N;
-    if (r.P < 0 || (per_mask > 0 && static_cast<std::size_t>(masks.size()) % per_mask != 0)) {
+    // [K, P, N]: the number of constraint sets is read from the shape, since with no
+    // predicate (P = 0) the masks hold no value at all.
+    require_ndim(masks, 3, "replace_victims: masks");
+    if (r.P < 0 || masks.shape(1) != r.P || static_cast<std::size_t>(masks.shape(2)) != N) {
       throw py::value_error("replace_victims: masks");
     }
-    const i64 K = per_mask > 0 ? static_cast<i64>(static_cast<std::size_t>(masks.size()) / per_mask) : 0;
+    const i64 K = static_cast<i64>(masks.shape(0));
     r.count_slack = py::cast<double>(attr(sim, "count_slack"));
     r.alike_from = py::cast<i64>(attr(sim, "alike_from"));
     r.every_victim = py::cast<bool>(attr(sim, "every_victim"));

@@ -792,9 +792,11 @@ class ReplacementCheck:
         return slot
 
     def _stacked_masks(self) -> np.ndarray:
-        """The masks of every slot (:meth:`_mask_slot`), stacked: [K, P, N]."""
+        """The masks of every slot (:meth:`_mask_slot`), stacked: [K, P, N] (three
+        dimensions even when there are no slots or no predicates)."""
         if self._stacked is None:
-            self._stacked = np.array(self._masks, dtype=np.bool_)
+            shape = (len(self._masks), len(self.picker.predicates), len(self.ssn.nodes))
+            self._stacked = np.array(self._masks, dtype=np.bool_).reshape(shape)
         return self._stacked
 
     def _participant(
