@@ -180,6 +180,8 @@ def _cluster(seed: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
                 },
             },
         ]
+        if rng.random() < 0.25:  # no placement score: every node scores alike
+            plugins = [p for p in plugins if p["name"] != "nodeplacement"]
         if rng.random() < 0.3:
             rng.shuffle(plugins)
         config = {"tiers": [{"plugins": plugins}]}
@@ -210,6 +212,26 @@ def test_fast_path_matches_slow_path(seed: int, monkeypatch: pytest.MonkeyPatch)
             fast = _run(objs, config, actions, backend, True, monkeypatch)
             assert used and all(used), f"seed {seed}: the fast path was not taken"
             assert fast == slow, f"seed {seed}, backend {backend}, actions {actions}"
+
+
+@pytest.mark.parametrize("backend", ["python", *FAST_BACKENDS])
+def test_without_a_placement_plugin_nodes_tie_in_name_order(backend, monkeypatch) -> None:
+    """No nodeplacement plugin: every node scores the same, and the first by name is
+    taken, not the fullest (binpack is a placement strategy, not the default)."""
+    objs = [
+        queue("q"),
+        node("n1", gpus=8),
+        node("n2", gpus=2),
+        podgroup("g", queue="q", min_member=2),
+        pod("g-0", gpus=1, group="g", queue="q"),
+        pod("g-1", gpus=1, group="g", queue="q"),
+    ]
+    config = {"tiers": [{"plugins": [{"name": "predicates"}, {"name": "proportion"}]}]}
+    out = _run(objs, config, ["allocate"], backend, True, monkeypatch)
+    assert {k: p["node"] for k, p in out["pods"].items()} == {
+        "default/g-0": "n1",
+        "default/g-1": "n1",
+    }
 
 
 def test_fast_path_is_nontrivial(monkeypatch: pytest.MonkeyPatch) -> None:

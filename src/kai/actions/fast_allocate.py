@@ -382,8 +382,10 @@ def _scoring(
         assert declared is not None  # checked by _unsupported
         components.append((int(declared.kind), declared.score))
     placement = plugins.get("nodeplacement")
-    if placement is None:  # no placement score: the strategies do not matter
-        return components, True, True, ssn.nodes.allocatable[:, GPU].copy()
+    if placement is None:
+        # No placement score: no strategy.  Not binpack either, whose bucket index
+        # would take the fullest node where every node scores the same.
+        return components, False, False, ssn.nodes.allocatable[:, GPU].copy()
     declared_placement = placement.kernel_placement()
     return (
         components,
