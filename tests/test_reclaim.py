@@ -432,3 +432,26 @@ def test_queues_frozen_at_a_search_start_read_later_are_as_they_were(monkeypatch
         kai.run_session(snap, actions=["consolidation", "reclaim", "preempt"], now=NOW)
     assert reads["read"] > 0
     assert reads["live changed"] > 0  # read after the live queues had moved on
+
+
+def test_a_victim_on_an_unknown_node_moved_and_evicted_again() -> None:
+    # g-1 runs on a node the snapshot does not have.  Reclaim for p evicts it and places
+    # it again on n3 (it moves); preempt for r evicts it once more, which sends a moved
+    # victim back to releasing where it runs: on no node of the session's.
+    snap = build(
+        {"n3": 8},
+        [queue("q1", 6), queue("q2", 12)],
+        [
+            J("g", "q2", [T("Running", "n3"), T("Running", "gone")], gpus=2, min_member=4),
+            J("p", "q1", [T()], gpus=0, priority=100),
+            J("r", "q2", [T()], gpus=0, priority=125),
+        ],
+    )
+    result = run(snap, ["reclaim", "preempt"])
+    assert result.warnings == ["pod ns/g-1 is on unknown node 'gone'"]
+    assert statuses(result) == {
+        "g-0": ("Running", "n3"),
+        "g-1": ("Pipelined", "n3"),
+        "p-0": ("Pipelined", "n3"),
+        "r-0": ("Pipelined", "n3"),
+    }

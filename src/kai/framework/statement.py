@@ -275,8 +275,9 @@ class Statement:
         if task in nodes.held:
             op.held = nodes.unhold(task)  # releasing on its own node again, as itself
         if task.pod.node_name:
-            # A moved victim: back to releasing where it runs, on its own device.
-            task.node = nodes.index[task.pod.node_name]
+            # A moved victim: back to releasing where it runs, on its own device (on no
+            # node of this session's when it runs on an unknown node or another pool's).
+            task.node = nodes.index.get(task.pod.node_name, -1)
             task.status = TaskStatus.RELEASING
             task.virtually_evicted = True
             if task.is_shared_gpu:
