@@ -124,7 +124,9 @@ def test_a_promoting_pause_leaves_frozen_objects_frozen():
         frozen = gc.get_freeze_count()
         with gc_paused(promote=True):
             made = _Cycle()
-        assert gc.get_freeze_count() == frozen  # not handed back to the collector
+        # Not handed back to the collector: a promotion would leave nothing frozen.  The
+        # count may drop, as frozen objects die (freed by other tests' threads too).
+        assert 0 < gc.get_freeze_count() <= frozen
         assert _generation_of(made) == 0
     finally:
         gc.unfreeze()
