@@ -109,9 +109,10 @@ class Loop {
   std::vector<i64> heap_off_, heap_size_, heap_;
   std::vector<char> heap_made_;
   std::vector<std::vector<i64>> kids_;  // index Q = the roots
-  // per-pop memo
-  std::vector<i64> memo_stamp_, memo_job_;
-  i64 pop_id_ = 0;
+  // best(q) per queue, kept until a change under q: a pop, push or charge touches
+  // only the queues on its job's path, and every other queue's best stays what it was.
+  std::vector<char> memo_ok_;
+  std::vector<i64> memo_job_;
   // node selection scratch
   std::vector<i64> cand_;
   std::vector<ScoreInputs> cand_inputs_;
@@ -178,7 +179,7 @@ class Loop {
     for (i64 q = 0; q < Q; ++q) heap_off_[q + 1] += heap_off_[q];
     heap_.assign(static_cast<std::size_t>(heap_off_[Q] > 0 ? heap_off_[Q] : 1), 0);
     kids_.assign(static_cast<std::size_t>(Q + 1), {});
-    memo_stamp_.assign(static_cast<std::size_t>(Q), -1);
+    memo_ok_.assign(static_cast<std::size_t>(Q), 0);
     memo_job_.assign(static_cast<std::size_t>(Q), -1);
     cand_.reserve(static_cast<std::size_t>(in_.N));
     out_.q_events.assign(static_cast<std::size_t>(Q), 0);
@@ -384,7 +385,7 @@ class Loop {
 
   // Best (queue-at-this-level's subtree) job of queue q; -1 when empty.
   i64 best(i64 q) {
-    if (memo_stamp_[q] == pop_id_) return memo_job_[q];
+    if (memo_ok_[q]) return memo_job_[q];
     i64 result;
     if (heap_size_[q] > 0) {
       result = heap_[heap_off_[q]];
@@ -392,7 +393,7 @@ class Loop {
       i64 leaf_unused;
       result = best_among(q, &leaf_unused);
     }
-    memo_stamp_[q] = pop_id_;
+    memo_ok_[q] = 1;
     memo_job_[q] = result;
     return result;
   }
@@ -413,11 +414,15 @@ class Loop {
   }
 
   i64 pop() {
-    ++pop_id_;
     i64 child;
     const i64 j = best_among(in_.Q, &child);
     if (j < 0) return -1;
-    return heap_pop(in_.job_leaf[j]);
+    // Until the next pop only j's attempt changes anything: its leaf's heap and the
+    // allocation of the queues on its path.
+    const i64 leaf = in_.job_leaf[j];
+    const i64* p = path(leaf);
+    for (i64 k = path_len(leaf) - 1; k >= 0; --k) memo_ok_[static_cast<std::size_t>(p[k])] = 0;
+    return heap_pop(leaf);
   }
 
   // ------------------------------------------------------------------- chunks
