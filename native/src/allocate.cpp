@@ -85,7 +85,7 @@ class Loop {
 
   void run() {
     init();
-    for (i64 j = 0; j < in_.J; ++j) push(j);
+    queue_jobs();
     while (!out_.aborted) {
       i64 j = pop();
       if (j < 0) break;
@@ -105,8 +105,11 @@ class Loop {
   std::vector<i64> ptr_, active_, nonpipe_, pipelined_, allocset_, cur_key_;
   std::vector<double> jreq_;
   std::vector<char> jreq_ok_;
-  // heaps per leaf queue
-  std::vector<i64> heap_off_, heap_size_, heap_;
+  // Per leaf queue, its jobs in job order: the ones queued at the start sorted once
+  // (run_[run_pos_, run_end_), taken from the front) and the ones queued again after an
+  // attempt in a heap.  The order is total (the last key is unique), so this pops the
+  // same sequence as one heap, without sifting each pop through the whole leaf.
+  std::vector<i64> heap_off_, heap_size_, heap_, run_, run_pos_, run_end_;
   std::vector<char> heap_made_;
   std::vector<std::vector<i64>> kids_;  // index Q = the roots
   // best(q) per queue, kept until a change under q: a pop, push or charge touches
@@ -178,6 +181,9 @@ class Loop {
     }
     for (i64 q = 0; q < Q; ++q) heap_off_[q + 1] += heap_off_[q];
     heap_.assign(static_cast<std::size_t>(heap_off_[Q] > 0 ? heap_off_[Q] : 1), 0);
+    run_ = heap_;
+    run_pos_.assign(heap_off_.begin(), heap_off_.end() - 1);
+    run_end_ = run_pos_;
     kids_.assign(static_cast<std::size_t>(Q + 1), {});
     memo_ok_.assign(static_cast<std::size_t>(Q), 0);
     memo_job_.assign(static_cast<std::size_t>(Q), -1);
@@ -193,8 +199,27 @@ class Loop {
       la_den_ = la.dominant_weight;
       for (i64 r = 0; r < la.R; ++r) la_den_ += la.weights[r];
     }
+    reserve_outputs();
     init_shared();
     init_index();
+  }
+
+  // Every job is attempted at least once and every task placed at most once (a gang
+  // chunked into several attempts only adds a few): sized up front, the per-attempt
+  // rows do not reallocate and copy as they grow.
+  void reserve_outputs() {
+    const auto J = static_cast<std::size_t>(in_.J);
+    const auto R = static_cast<std::size_t>(in_.R);
+    for (auto* v : {&out_.att_job, &out_.att_kind, &out_.att_first, &out_.att_count,
+                    &out_.att_info, &out_.att_flags, &out_.att_active, &out_.att_device_short})
+      v->reserve(J);
+    out_.att_device_room.reserve(J);
+    out_.att_vec.reserve(6 * J);
+    out_.att_fail.reserve(fc_counts_.size() * J);
+    out_.att_short.reserve(R * J);
+    out_.att_free.reserve(R * J);
+    const auto T = static_cast<std::size_t>(in_.T);
+    for (auto* v : {&out_.pl_task, &out_.pl_node, &out_.pl_pipe, &out_.pl_group}) v->reserve(T);
   }
 
   void init_shared() {
@@ -306,18 +331,39 @@ class Loop {
     return a < b;  // never reached: the last key is the job's unique default rank
   }
 
-  void push(i64 j) {
-    const i64 leaf = in_.job_leaf[j];
-    if (leaf < 0) return;  // no queue: never reachable from the tree
+  i64 queued(i64 leaf) const { return run_end_[leaf] - run_pos_[leaf] + heap_size_[leaf]; }
+
+  // Whether j may join its leaf (linked into the tree on its first job), its key set.
+  bool admit(i64 j, i64 leaf) {
     if (!heap_made_[leaf]) {
       heap_made_[leaf] = 1;
       link(leaf);
     }
-    if (in_.max_depth >= 0 && heap_size_[leaf] >= in_.max_depth) return;
+    if (in_.max_depth >= 0 && queued(leaf) >= in_.max_depth) return false;
     const i64 K = in_.K;
     for (i64 k = 0; k < K; ++k) {
       cur_key_[j * K + k] = in_.key_kinds[k] == 1 ? elastic_state(j) : in_.job_key[j * K + k];
     }
+    return true;
+  }
+
+  // Every job, in input order (which decides the leaves' order among equals in the
+  // tree and, under max_depth, which jobs are queued), then each leaf sorted.
+  void queue_jobs() {
+    for (i64 j = 0; j < in_.J; ++j) {
+      const i64 leaf = in_.job_leaf[j];
+      if (leaf >= 0 && admit(j, leaf)) run_[run_end_[leaf]++] = j;
+    }
+    for (i64 q = 0; q < in_.Q; ++q) {
+      std::sort(run_.begin() + run_pos_[q], run_.begin() + run_end_[q],
+                [this](i64 a, i64 b) { return job_less(a, b); });
+    }
+  }
+
+  // j queued again after an attempt (no queue: never reachable from the tree).
+  void push(i64 j) {
+    const i64 leaf = in_.job_leaf[j];
+    if (leaf < 0 || !admit(j, leaf)) return;
     i64* h = heap_.data() + heap_off_[leaf];
     i64 i = heap_size_[leaf]++;
     h[i] = j;
@@ -327,6 +373,23 @@ class Loop {
       std::swap(h[i], h[p]);
       i = p;
     }
+  }
+
+  // The leaf's first job (-1: none).
+  i64 leaf_top(i64 leaf) const {
+    const i64 r = run_pos_[leaf] < run_end_[leaf] ? run_[run_pos_[leaf]] : -1;
+    if (heap_size_[leaf] == 0) return r;
+    const i64 h = heap_[heap_off_[leaf]];
+    return r >= 0 && job_less(r, h) ? r : h;
+  }
+
+  i64 leaf_pop(i64 leaf) {
+    const i64 top = leaf_top(leaf);
+    if (run_pos_[leaf] < run_end_[leaf] && run_[run_pos_[leaf]] == top) {
+      ++run_pos_[leaf];
+      return top;
+    }
+    return heap_pop(leaf);
   }
 
   i64 heap_pop(i64 leaf) {
@@ -387,8 +450,8 @@ class Loop {
   i64 best(i64 q) {
     if (memo_ok_[q]) return memo_job_[q];
     i64 result;
-    if (heap_size_[q] > 0) {
-      result = heap_[heap_off_[q]];
+    if (queued(q) > 0) {
+      result = leaf_top(q);
     } else {
       i64 leaf_unused;
       result = best_among(q, &leaf_unused);
@@ -422,7 +485,7 @@ class Loop {
     const i64 leaf = in_.job_leaf[j];
     const i64* p = path(leaf);
     for (i64 k = path_len(leaf) - 1; k >= 0; --k) memo_ok_[static_cast<std::size_t>(p[k])] = 0;
-    return heap_pop(leaf);
+    return leaf_pop(leaf);
   }
 
   // ------------------------------------------------------------------- chunks
@@ -1145,10 +1208,11 @@ class Loop {
     out_.att_info.push_back(info);
     out_.att_flags.push_back(flags);
     out_.att_active.push_back(active);
-    for (int k = 0; k < 6; ++k) out_.att_vec.push_back(0.0);
-    for (std::size_t k = 0; k < fc_counts_.size(); ++k) out_.att_fail.push_back(0);
-    for (i64 k = 0; k < in_.R; ++k) out_.att_short.push_back(0);
-    for (i64 k = 0; k < in_.R; ++k) out_.att_free.push_back(0.0);
+    // zero rows, filled in by the caller where the attempt failed
+    out_.att_vec.resize(out_.att_vec.size() + 6);
+    out_.att_fail.resize(out_.att_fail.size() + fc_counts_.size());
+    out_.att_short.resize(out_.att_short.size() + static_cast<std::size_t>(in_.R));
+    out_.att_free.resize(out_.att_free.size() + static_cast<std::size_t>(in_.R));
     out_.att_device_short.push_back(0);
     out_.att_device_room.push_back(0.0);
   }
