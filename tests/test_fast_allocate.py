@@ -422,3 +422,58 @@ def test_compiled_columns_match_the_reference(seed: int) -> None:
         place(tasks, pl_task, pl_node, pl_pipe, devices, names, node_tasks, decisions, "allocate")
         states.append(([(t.node, t.status) for t in tasks], node_tasks, decisions))
     assert states[0] == states[1] == states[2]
+
+
+@pytest.mark.skipif(_fast.module("loop") is None, reason="kai._fast.loop is not built")
+@pytest.mark.parametrize("seed", range(0, 40, 5))
+def test_compiled_fit_messages_match_the_reference(seed: int) -> None:
+    """kai._fast.loop records the failed attempts' messages (gang and single-pod ones,
+    capacity refusals, one explanation per key) exactly as fast_allocate's reference
+    does, for jobs and tasks read at their offsets and as attributes."""
+    objs, _ = _cluster(seed)
+    state = kai.Snapshot.from_objects(objs).state()
+    jobs = list(state.jobs.values())
+    tasks = [t for job in jobs for t in job.tasks]
+    rng = random.Random(seed)
+    n = 300
+    capacity = [rng.random() < 0.2 for _ in range(n)]
+    att_job = [rng.randrange(len(jobs)) for _ in range(n)]
+    placed = [rng.randint(0, 3) for _ in range(n)]
+    chunks = [rng.choice((1, 1, 2, 4)) for _ in range(n)]
+    info = [rng.randrange(len(tasks)) for _ in range(n)]
+    active = [rng.randint(0, 2) for _ in range(n)]
+    keys = [b"" if refused else bytes([rng.randrange(4)]) for refused in capacity]
+
+    def run(record_fit_messages) -> tuple[list, list]:
+        asked: list[int] = []
+        recorded: list[tuple[str, str]] = []
+
+        def problem_of(row: int) -> str:
+            asked.append(row)
+            return f"problem {keys[row].hex()} first seen at {row}"
+
+        record_fit_messages(
+            jobs, tasks, capacity, att_job, placed, chunks, info, active, keys,
+            problem_of, lambda row: f"over capacity at {row}",
+            lambda job, message: recorded.append((job.key, message)),
+        )  # fmt: skip
+        return asked, recorded
+
+    reference = run(fast_allocate.record_fit_messages)
+    assert len(reference[1]) == n and len(reference[0]) <= 4
+    assert any("gang scheduling" in m for _, m in reference[1])
+    assert any("Resources were not found for pod" in m for _, m in reference[1])
+    loop = _fast.module("loop")
+    assert run(loop.record_fit_messages) == reference
+
+    class SubJob(Job):
+        __slots__ = ()
+
+    class SubTask(Task):
+        __slots__ = ()
+
+    for job in jobs:
+        job.__class__ = SubJob
+        for t in job.tasks:
+            t.__class__ = SubTask
+    assert run(loop.record_fit_messages) == reference

@@ -32,7 +32,7 @@ from kai._fast.fields cimport (
     D_ACTION, D_ANNOTATIONS, D_COUNT, D_GPU_GROUPS, D_NODE, D_POD, D_REASON, D_TASK,
     D_TYPE, J_COUNT, J_CREATED, J_INVALID, J_MIN_MEMBER, J_PREEMPTIBILITY, J_PREEMPTIBLE,
     J_PRIORITY, J_QUEUE, J_TASKS, J_UID, T_COUNT, T_EVICTED, T_FRACTION, T_GPU_MEMORY,
-    T_NODE, T_POD, T_REQUEST, T_STATUS, decision_fields, job_field, job_fields,
+    T_NAME, T_NAMESPACE, T_NODE, T_POD, T_REQUEST, T_STATUS, decision_fields, job_field, job_fields,
     sets_as_object, task_field, task_fields,
 )
 from kai._fast.slots cimport layout, new_object, put, replace
@@ -365,6 +365,42 @@ def place_decisions(
         else:
             decision = Decision(action, kind, task, names[<Py_ssize_t>node], groups)
         decisions.append(decision)
+
+
+def record_fit_messages(
+    list jobs, list tasks, list capacity, list att_job, list placed, list chunks, list info,
+    list active, list keys, problem_of, capacity_of, record,
+):
+    """``kai.actions.fast_allocate.record_fit_messages``, compiled."""
+    cdef dict problems = {}
+    cdef Py_ssize_t row, chunk, min_member
+    cdef bint direct
+    for row in range(len(capacity)):
+        job = jobs[<Py_ssize_t>att_job[row]]
+        if capacity[row]:
+            record(job, capacity_of(row))
+            continue
+        key = keys[row]
+        problem = problems.get(key)
+        if problem is None:
+            problem = problems[key] = problem_of(row)
+        task = tasks[<Py_ssize_t>info[row]]
+        direct = TASK_SLOTS and type(task) is TASK_CLASS
+        pod = (
+            f"{task_field(task, direct, TASK_OFF, T_NAMESPACE)}/"
+            f"{task_field(task, direct, TASK_OFF, T_NAME)}"
+        )
+        chunk = chunks[row]
+        min_member = job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF, J_MIN_MEMBER)
+        if chunk > 1 or min_member > 1:
+            needed = max(min_member - <Py_ssize_t>active[row], chunk)
+            record(
+                job,
+                f"Resources were found for {placed[row]} pods while {needed} are required "
+                f"for gang scheduling; pod {pod}: {problem}",
+            )
+        else:
+            record(job, f"Resources were not found for pod {pod} due to: {problem}")
 
 
 def direct():

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -968,49 +968,86 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
         raw, width = alike.tobytes(), alike.shape[1] * alike.itemsize
         for k, row in enumerate(resource.tolist()):
             keys[row] = raw[k * width : (k + 1) * width]
-    problems: dict[bytes, str] = {}
-    rows = zip(
-        range(len(failed)),
-        failed.tolist(),
-        kinds.tolist(),
+
+    def problem_of(row: int) -> str:
+        """The explanation of resource failure ``row`` (once per distinct key)."""
+        task = tasks[int(info[row])]
+        counts = counts_m[row].tolist()
+        failures: dict[str, int] = {}
+        if counts[0]:
+            failures[INSUFFICIENT_RESOURCES] = counts[0]
+        for name, count in zip(plan.predicate_names, counts[1:]):
+            if count:
+                failures[name] = failures.get(name, 0) + count
+        entries = vector_shortage(names, task.request, short_m[row], free_m[row])
+        dev_short, dev_room = device_m[row].tolist()
+        if dev_short:
+            # Session._device_shortage: the room on one device, not GPUs
+            needs = f"{task.gpu_fraction:g} of a device"
+            entries.append(("nvidia.com/gpu", int(dev_short), needs, f"{dev_room:g}"))
+        return describe_failures(failures, n_nodes, describe_shortage(entries))
+
+    def capacity_of(row: int) -> str:
+        return _capacity_message(plan, out, int(failed[row]), int(kinds[row]))
+
+    compiled = _fast.module("loop")
+    (record_fit_messages if compiled is None else compiled.record_fit_messages)(
+        jobs,
+        tasks,
+        capacity.tolist(),
         out["att_job"][failed].tolist(),
         out["att_first"][failed].tolist(),  # for a failure: the pods placed
         out["att_count"][failed].tolist(),
         info.tolist(),
         out["att_active"][failed].tolist(),
+        keys,
+        problem_of,
+        capacity_of,
+        ssn.record_fit_error,
     )
-    for row, a, kind, j, placed, chunk, at, active in rows:
+
+
+def record_fit_messages(
+    jobs: list[Job],
+    tasks: list[Task],
+    capacity: list[bool],
+    att_job: list[int],
+    placed: list[int],
+    chunks: list[int],
+    info: list[int],
+    active: list[int],
+    keys: list[bytes],
+    problem_of: Callable[[int], str],
+    capacity_of: Callable[[int], str],
+    record: Callable[[Job, str], None],
+) -> None:
+    """Record each failed attempt's message on its job, in attempt order: a capacity
+    refusal's (``capacity_of``; ``capacity`` tells which rows are), or its pod's with
+    the explanation ``problem_of`` gives for the first failure of each key.
+
+    The reference of ``kai._fast.loop.record_fit_messages``, which records the same.
+    """
+    problems: dict[bytes, str] = {}
+    for row, (refused, j, found, chunk, at, active_before) in enumerate(
+        zip(capacity, att_job, placed, chunks, info, active)
+    ):
         job = jobs[j]
-        if kind in (KIND_OVER_LIMIT, KIND_OVER_QUOTA):
-            ssn.record_fit_error(job, _capacity_message(plan, out, a, kind))
+        if refused:
+            record(job, capacity_of(row))
             continue
-        task = tasks[at]
         problem = problems.get(keys[row])
         if problem is None:
-            counts = counts_m[row].tolist()
-            failures: dict[str, int] = {}
-            if counts[0]:
-                failures[INSUFFICIENT_RESOURCES] = counts[0]
-            for name, count in zip(plan.predicate_names, counts[1:]):
-                if count:
-                    failures[name] = failures.get(name, 0) + count
-            entries = vector_shortage(names, task.request, short_m[row], free_m[row])
-            dev_short, dev_room = device_m[row].tolist()
-            if dev_short:
-                # Session._device_shortage: the room on one device, not GPUs
-                needs = f"{task.gpu_fraction:g} of a device"
-                entries.append(("nvidia.com/gpu", int(dev_short), needs, f"{dev_room:g}"))
-            shortage = describe_shortage(entries)
-            problem = problems[keys[row]] = describe_failures(failures, n_nodes, shortage)
+            problem = problems[keys[row]] = problem_of(row)
+        pod = tasks[at].key
         if chunk > 1 or job.min_member > 1:
-            needed = job.min_member - active
-            message = (
-                f"Resources were found for {placed} pods while {max(needed, chunk)} are "
-                f"required for gang scheduling; pod {task.key}: {problem}"
+            needed = max(job.min_member - active_before, chunk)
+            record(
+                job,
+                f"Resources were found for {found} pods while {needed} are required for "
+                f"gang scheduling; pod {pod}: {problem}",
             )
         else:
-            message = f"Resources were not found for pod {task.key} due to: {problem}"
-        ssn.record_fit_error(job, message)
+            record(job, f"Resources were not found for pod {pod} due to: {problem}")
 
 
 def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, kind: int) -> str:
