@@ -26,7 +26,7 @@ from kai.api.model import Job, Task, TaskStatus
 from kai.backends import available_backends, get_backend
 from kai.config import SchedulerConfig
 from kai.framework.session import Session
-from tests._fast_path import record_fast_path
+from tests._fast_path import record_fast_path, session_json
 from tests.factory import NOW, node, pod, podgroup, priority_class, queue
 
 
@@ -477,3 +477,38 @@ def test_compiled_fit_messages_match_the_reference(seed: int) -> None:
         for t in job.tasks:
             t.__class__ = SubTask
     assert run(loop.record_fit_messages) == reference
+
+
+@pytest.mark.skipif(not FAST_BACKENDS, reason="no backend with an allocate kernel")
+def test_jobs_sharing_a_uid_take_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PodGroups of one name in two namespaces are two jobs of one uid: the loop, whose
+    order needs a unique last key, leaves them to the general path, which decides."""
+    objs: list[dict] = [node("n1", gpus=1), queue("q", gpu=(1, 1, 1))]
+    for namespace in ("team-b", "team-a"):
+        objs.append(podgroup("train", namespace=namespace))
+        objs.append(pod("train-0", namespace=namespace, gpus=1, group="train", queue="q"))
+    used = record_fast_path(monkeypatch)
+    slow = session_json(objs, ["allocate"], "python", False, monkeypatch)
+    for backend in FAST_BACKENDS:
+        used.clear()
+        fast = session_json(objs, ["allocate"], backend, True, monkeypatch)
+        assert used == [False]
+        assert fast == slow
+    bound = [d for d in slow["decisions"] if d["type"] == "bind"]
+    assert len(bound) == 1
+
+
+@pytest.mark.skipif(_fast.module("loop") is None, reason="kai._fast.loop is not built")
+def test_compiled_distinct_uids_match_the_reference() -> None:
+    objs, _ = _cluster(3)
+    jobs = list(kai.Snapshot.from_objects(objs).state().jobs.values())
+    loop = _fast.module("loop")
+
+    class SubJob(Job):
+        __slots__ = ()
+
+    for case in (jobs, jobs + jobs[:1], [], jobs[:1]):
+        assert loop.distinct_uids(case) == fast_allocate.distinct_uids(case)
+    assert loop.distinct_uids(jobs) and not loop.distinct_uids(jobs + jobs[-1:])
+    jobs[0].__class__ = SubJob
+    assert loop.distinct_uids(jobs) and not loop.distinct_uids(jobs + jobs[:1])

@@ -2,9 +2,10 @@
 """Compiled per-job and per-task loops of the actions and the fused allocate loop.
 
 ``scan_jobs`` picks the jobs an action may try (every action starts with it).
-``job_columns`` and ``task_columns`` read every job and pending task of a session into
-the loop's columns; ``place_decisions`` puts the placed tasks on their nodes and makes
-their decisions. Each is the compiled form of the Python function of the same name
+``distinct_uids`` tells whether the loop may order the jobs; ``job_columns`` and
+``task_columns`` read every job and pending task of a session into the loop's columns;
+``place_decisions`` puts the placed tasks on their nodes and makes their decisions;
+``record_fit_messages`` records the failed attempts' messages. Each is the compiled form of the Python function of the same name
 (``kai.actions.common.scan_jobs``, the others ``kai.actions.fast_allocate``'s), which
 stays the reference: both give the same jobs, columns and state. Integer columns come
 as ``array('q')`` rather than lists: the same values, which numpy takes as one block.
@@ -103,6 +104,14 @@ def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_
                 continue
         out.append(job)
     return out
+
+
+def distinct_uids(list jobs):
+    """``kai.actions.fast_allocate.distinct_uids``, compiled."""
+    cdef set uids = set()
+    for job in jobs:
+        uids.add(job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF, J_UID))
+    return len(uids) == len(jobs)
 
 
 def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint fractions):

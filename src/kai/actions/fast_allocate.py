@@ -445,7 +445,8 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     unsupported = _unsupported(ssn, plugins)
     if unsupported is not None:
         return unsupported
-    if len(set(map(_JOB_UID, jobs))) != len(jobs):
+    compiled = _fast.module("loop")
+    if not (distinct_uids if compiled is None else compiled.distinct_uids)(jobs):
         return "jobs with equal uids"  # the heap's tie order is not reproduced
     proportion = plugins["proportion"]
     nodes = ssn.nodes
@@ -464,7 +465,6 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     if task_order is None:
         return "a task order declares no order key"
     task_keys, key_labels = task_order
-    compiled = _fast.module("loop")
     gpu_order = _gpu_order_kinds(ssn, plugins)
     fractions = "shared-gpu" in ssn.backend.allocate_loop_features and gpu_order is not None
     job_cols: JobColumns | None = (job_columns if compiled is None else compiled.job_columns)(
@@ -616,6 +616,12 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     plan.tasks = tasks
     plan.queues = queues.names
     return plan
+
+
+def distinct_uids(jobs: list[Job]) -> bool:
+    """Whether no two jobs have one uid (the reference of
+    ``kai._fast.loop.distinct_uids``)."""
+    return len(set(map(_JOB_UID, jobs))) == len(jobs)
 
 
 def job_columns(
