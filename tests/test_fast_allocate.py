@@ -322,9 +322,9 @@ def _jobs_to_rank(rng: random.Random, n: int, times: list[Any], uids: list[str])
 @pytest.mark.parametrize("seed", range(6))
 def test_default_order_ranks_match_the_reference(seed: int) -> None:
     """The compiled loop ranks jobs in the default order (oldest first, none last, then
-    by uid) as the reference's sort does: UTC times sorted as microseconds and uids as
-    UTF-8 bytes where it can, the tuples otherwise (other zones, naive times, a uid
-    with a lone surrogate); equal keys keep their order."""
+    by uid) as the reference's sort does: UTC times sorted as microseconds (a radix
+    sort) and uids as UTF-8 bytes where it can, the tuples otherwise (other zones,
+    naive times, a uid with a lone surrogate); equal keys keep their order."""
     rng = random.Random(seed)
     utc = [
         datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
@@ -342,8 +342,12 @@ def test_default_order_ranks_match_the_reference(seed: int) -> None:
     cases.append((utc + [datetime(2026, 1, 1, 5, 41, tzinfo=timezone(timedelta(hours=2)))], uids))
     cases.append(([datetime(2026, 1, d) for d in range(1, 4)] + [None], uids))
     cases.append((utc, [*uids, "\udc80"]))
+    # times apart in every byte of their microseconds, and a few alike
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    spread = [base + timedelta(microseconds=rng.randrange(-(10**13), 10**13)) for _ in range(300)]
+    cases.append((spread + spread[:20] + [None], [f"job-{i}" for i in range(40)]))
     for times, names in cases:
-        for n in (0, 1, 2, 7, 60):
+        for n in (0, 1, 2, 7, 60, 3000):
             jobs = _jobs_to_rank(rng, n, times, names)
             reference = fast_allocate.job_columns(jobs, {"q": 0}, [], frozenset(), True)
             compiled = loop.job_columns(jobs, {"q": 0}, [], frozenset(), True)

@@ -20,7 +20,7 @@ from cpython.datetime cimport (
 from cpython.long cimport PyLong_FromVoidPtr
 from cpython.unicode cimport PyUnicode_Check
 from libc.stdlib cimport free, malloc, qsort
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy, memset
 
 from datetime import timezone
 
@@ -124,7 +124,8 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
     cdef array.array job_min = array.clone(INT64, n, zero=False)
     cdef array.array job_np_mode = array.clone(INT64, n, zero=False)
     cdef array.array job_priority = array.clone(INT64, n, zero=False)
-    cdef list default_keys = []  # what default_order_key gives, flattened
+    cdef list created = []  # each job's creation time and uid: its default-order key
+    cdef list uids = []
     cdef frozenset active_allocated = ACTIVE_ALLOCATED
     cdef frozenset allocated = ALLOCATED
     cdef list job_tasks, pending
@@ -144,9 +145,8 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         else:
             job_np_mode.data.as_longlongs[j] = 1
         job_priority.data.as_longlongs[j] = -job_field(job, direct, JOB_OFF, J_PRIORITY)
-        ts = job_field(job, direct, JOB_OFF, J_CREATED)
-        uid = job_field(job, direct, JOB_OFF, J_UID)
-        default_keys.append((1, 0.0, uid) if ts is None else (0, ts, uid))
+        created.append(job_field(job, direct, JOB_OFF, J_CREATED))
+        uids.append(job_field(job, direct, JOB_OFF, J_UID))
         job_tasks = job_field(job, direct, JOB_OFF, J_TASKS)
         if len(job_tasks) == 1:
             t = job_tasks[0]
@@ -194,7 +194,7 @@ def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint
         j += 1
     return (
         tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority,
-        default_ranks(default_keys),
+        default_ranks(created, uids),
     )
 
 
@@ -231,23 +231,66 @@ cdef long long days_from_civil(long long y, long long m, long long d) noexcept n
     return era * 146097 + doe - 719468
 
 
-cdef array.array default_ranks(list keys):
-    """Each job's position in the default order of ``keys`` (default_order_key's,
-    flattened), as the reference's stable sort gives it. Sorted in C where every
-    creation time is a datetime in UTC and every uid a string; else by the tuples."""
-    cdef Py_ssize_t n = len(keys), i
+cdef void sort_rows(DefaultKey* rows, DefaultKey* spare, Py_ssize_t n) noexcept nogil:
+    """Sort ``rows`` as by_default_order does: stably by creation time, eight bits a
+    pass from the lowest (a pass whose byte all rows share is skipped), then each run
+    of one time by uid (and input order) with qsort.  ``spare`` holds n rows."""
+    cdef Py_ssize_t count[256]
+    cdef Py_ssize_t i, start, total
+    cdef int shift, digit
+    cdef DefaultKey* src = rows
+    cdef DefaultKey* dst = spare
+    cdef DefaultKey* swap
+    cdef unsigned long long flip = 1ULL << 63  # signed order as unsigned
+    for shift in range(0, 64, 8):
+        memset(count, 0, sizeof(count))
+        for i in range(n):
+            count[((<unsigned long long>src[i].created ^ flip) >> shift) & 255] += 1
+        digit = ((<unsigned long long>src[0].created ^ flip) >> shift) & 255
+        if count[digit] == n:
+            continue
+        total = 0
+        for digit in range(256):
+            start = total
+            total += count[digit]
+            count[digit] = start
+        for i in range(n):
+            digit = ((<unsigned long long>src[i].created ^ flip) >> shift) & 255
+            dst[count[digit]] = src[i]
+            count[digit] += 1
+        swap = src
+        src = dst
+        dst = swap
+    if src != rows:
+        memcpy(rows, src, n * sizeof(DefaultKey))
+    start = 0
+    while start < n:
+        i = start + 1
+        while i < n and rows[i].created == rows[start].created:
+            i += 1
+        if i - start > 1:
+            qsort(rows + start, i - start, sizeof(DefaultKey), by_default_order)
+        start = i
+
+
+cdef array.array default_ranks(list created, list uids):
+    """Each job's position in the default order of its creation time and uid
+    (default_order_key's), as the reference's stable sort gives it. Sorted in C where
+    every creation time is a datetime in UTC and every uid a string; else by the keys."""
+    cdef Py_ssize_t n = len(created), i
     cdef array.array ranks = array.clone(INT64, n, zero=False)
-    cdef DefaultKey* rows = <DefaultKey*>malloc(max(n, 1) * sizeof(DefaultKey))
+    cdef DefaultKey* rows = <DefaultKey*>malloc(max(n, 1) * 2 * sizeof(DefaultKey))
     if rows == NULL:
         raise MemoryError()
     cdef bint exact = True
     try:
         for i in range(n):
-            flag, ts, uid = <tuple>keys[i]
+            ts = created[i]
+            uid = uids[i]
             if not PyUnicode_Check(uid):
                 exact = False
                 break
-            if flag:
+            if ts is None:
                 rows[i].created = 0x7FFFFFFFFFFFFFFF  # after every time
             elif PyDateTime_CheckExact(ts) and <object>PyDateTime_DATE_GET_TZINFO(ts) is UTC:
                 rows[i].created = (
@@ -267,12 +310,14 @@ cdef array.array default_ranks(list keys):
                 break
             rows[i].index = i
         if exact:
-            qsort(rows, n, sizeof(DefaultKey), by_default_order)
+            if n > 0:
+                sort_rows(rows, rows + n, n)
             for i in range(n):
                 ranks.data.as_longlongs[rows[i].index] = i
             return ranks
     finally:
         free(rows)
+    keys = [(1, 0.0, u) if t is None else (0, t, u) for t, u in zip(created, uids)]
     order = sorted(range(n), key=keys.__getitem__)
     for i in range(n):
         ranks.data.as_longlongs[<Py_ssize_t>order[i]] = i
