@@ -206,7 +206,8 @@ class Loop {
 
   // Every job is attempted at least once and every task placed at most once (a gang
   // chunked into several attempts only adds a few): sized up front, the per-attempt
-  // rows do not reallocate and copy as they grow.
+  // rows do not reallocate and copy as they grow.  The failure rows get the same room,
+  // which costs no memory until a failure's row is written.
   void reserve_outputs() {
     const auto J = static_cast<std::size_t>(in_.J);
     const auto R = static_cast<std::size_t>(in_.R);
@@ -1208,7 +1209,8 @@ class Loop {
     out_.att_info.push_back(info);
     out_.att_flags.push_back(flags);
     out_.att_active.push_back(active);
-    // zero rows, filled in by the caller where the attempt failed
+    if (kind < kOverLimit) return;
+    // zero rows, filled in by the caller
     out_.att_vec.resize(out_.att_vec.size() + 6);
     out_.att_fail.resize(out_.att_fail.size() + fc_counts_.size());
     out_.att_short.resize(out_.att_short.size() + static_cast<std::size_t>(in_.R));

@@ -132,9 +132,12 @@ struct Output {
   std::vector<double> idle, releasing, used, q_alloc, q_alloc_np;
   std::vector<i64> q_events;
   std::vector<i64> att_job, att_kind, att_first, att_count, att_info, att_flags, att_active;
+  // The rest of att_ has a row per failed attempt (kind over limit, over quota or no
+  // node), in attempt order: what its message reads.  Per capacity refusal: the queue's
+  // allocation and the request (6).  Per resource failure: the failure counts, and per
+  // resource the nodes short of it and the most any of them had free.
   std::vector<double> att_vec;
   std::vector<i64> att_fail;
-  // Per attempt and resource: the nodes short of it and the most any of them had free.
   std::vector<i64> att_short;
   std::vector<double> att_free;
   std::vector<i64> pl_task, pl_node, pl_pipe;
@@ -143,9 +146,9 @@ struct Output {
   // Shared GPUs: per placement its device (-1: a whole-GPU task); per device (the
   // devices at the start, then those opened, in the order opened) its node, state and
   // the position it last got in its node's order (seq; a device closed is not alive),
-  // and the task that opened it (-1: one of the start).  Per attempt that failed for
-  // resources: the nodes with no room on a device for the task's fraction, and the
-  // most room any of them had.
+  // and the task that opened it (-1: one of the start).  Per failed attempt (its row
+  // above; a capacity refusal's is 0): the nodes with no room on a device for the
+  // task's fraction, and the most room any of them had.
   std::vector<i64> pl_group;
   std::vector<i64> sg_node, sg_tenants, sg_seq, sg_opener;
   std::vector<double> sg_used, sg_releasing, sg_pipelined;

@@ -942,11 +942,12 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
     names = ssn.state.resources.names
     kinds = out["att_kind"][failed]
     info = out["att_info"][failed]  # a failure's pod, or the queue of a capacity refusal
-    counts_m = out["att_fail"][failed]
-    short_m = out["att_short"][failed]
-    free_m = out["att_free"][failed]
+    # The failure rows: one per failed attempt, in attempt order.
+    counts_m = out["att_fail"]
+    short_m = out["att_short"]
+    free_m = out["att_free"]
     if "att_device_short" in out:  # fractional tasks: the nodes with no room on a device
-        device_m = np.stack([out["att_device_short"][failed], out["att_device_room"][failed]], 1)
+        device_m = np.stack([out["att_device_short"], out["att_device_room"]], 1)
     else:
         device_m = np.zeros((len(failed), 2))
     capacity = (kinds == KIND_OVER_LIMIT) | (kinds == KIND_OVER_QUOTA)
@@ -994,7 +995,7 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
         return describe_failures(failures, n_nodes, describe_shortage(entries))
 
     def capacity_of(row: int) -> str:
-        return _capacity_message(plan, out, int(failed[row]), int(kinds[row]))
+        return _capacity_message(plan, out, int(failed[row]), row, int(kinds[row]))
 
     compiled = _fast.module("loop")
     (record_fit_messages if compiled is None else compiled.record_fit_messages)(
@@ -1056,10 +1057,11 @@ def record_fit_messages(
             record(job, f"Resources were not found for pod {pod} due to: {problem}")
 
 
-def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, kind: int) -> str:
+def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, row: int, kind: int) -> str:
+    """The message of attempt ``a``, a capacity refusal (failure row ``row``)."""
     name = plan.queues[int(out["att_info"][a])]
     share = plan.proportion.shares[name]
-    vec = out["att_vec"][a]
+    vec = out["att_vec"][row]
     used, request = vec[:3].copy(), vec[3:].copy()
     if kind == KIND_OVER_LIMIT:
         bound = share.limit

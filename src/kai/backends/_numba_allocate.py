@@ -628,6 +628,7 @@ def _loop(
     fc_sig = -1
     fc_req = np.zeros(n_res)
     n_att = 0
+    n_fail = 0  # the failure rows (att_vec, att_fail, ...) written
     n_pl = 0
     for j in range(n_jobs):
         _push(
@@ -731,8 +732,8 @@ def _loop(
             if over != K_OK:
                 att[n_att, 4] = q
                 for s in range(3):
-                    att_vec[n_att, s] = q_alloc[q, s]
-                    att_vec[n_att, 3 + s] = request[s]
+                    att_vec[n_fail, s] = q_alloc[q, s]
+                    att_vec[n_fail, 3 + s] = request[s]
                 break
         if over == K_OK:
             mode = job_np_mode[j]
@@ -761,12 +762,13 @@ def _loop(
                     if over != K_OK:
                         att[n_att, 4] = q
                         for s in range(3):
-                            att_vec[n_att, s] = q_alloc_np[q, s]
-                            att_vec[n_att, 3 + s] = npreq[s]
+                            att_vec[n_fail, s] = q_alloc_np[q, s]
+                            att_vec[n_fail, 3 + s] = npreq[s]
                         break
         if over != K_OK:
             att[n_att, 1] = over
             n_att += 1
+            n_fail += 1
             continue
         active_before = st[j, 1]
         had_allocated = st[j, 4] > 0
@@ -812,11 +814,12 @@ def _loop(
                 att[n_att, 4] = t
                 att[n_att, 6] = active_before
                 for k in range(1 + n_pred):
-                    att_fail[n_att, k] = fc[k]
+                    att_fail[n_fail, k] = fc[k]
                 for r in range(n_res):
-                    att_short[n_att, r] = fc_short[r]
-                    att_free[n_att, r] = fc_free[r]
+                    att_short[n_fail, r] = fc_short[r]
+                    att_free[n_fail, r] = fc_free[r]
                 n_att += 1
+                n_fail += 1
                 for k in range(placed - 1, -1, -1):
                     tt = pl[pl0 + k, 0]
                     nn = pl[pl0 + k, 1]
@@ -941,7 +944,7 @@ def _loop(
                 q_path,
                 n_queues,
             )
-    return n_att, n_pl
+    return n_att, n_fail, n_pl
 
 
 def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -974,7 +977,7 @@ def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
     att_short = np.zeros((t + j + 1, r), dtype=i64)
     att_free = np.zeros((t + j + 1, r), dtype=f64)
     pl = np.zeros((t + 1, 3), dtype=i64)
-    n_att, n_pl = _loop(
+    n_att, n_fail, n_pl = _loop(
         idle,
         rel,
         used,
@@ -1034,10 +1037,10 @@ def allocate_loop(inputs: dict[str, Any]) -> dict[str, Any]:
         "att_info": att[:, 4].copy(),
         "att_flags": att[:, 5].copy(),
         "att_active": att[:, 6].copy(),
-        "att_vec": att_vec[:n_att].copy(),
-        "att_fail": att_fail[:n_att].copy(),
-        "att_short": att_short[:n_att].copy(),
-        "att_free": att_free[:n_att].copy(),
+        "att_vec": att_vec[:n_fail].copy(),
+        "att_fail": att_fail[:n_fail].copy(),
+        "att_short": att_short[:n_fail].copy(),
+        "att_free": att_free[:n_fail].copy(),
         "pl_task": pl[:, 0].copy(),
         "pl_node": pl[:, 1].copy(),
         "pl_pipe": pl[:, 2].copy(),
