@@ -833,6 +833,34 @@ def test_node_rows_identical(seed: int) -> None:
 
 @needs_compiled
 @pytest.mark.parametrize("seed", SEEDS[:4])
+def test_requested_resources_identical(seed: int) -> None:
+    """The resource names the pods request are the same compiled or not: maps shared by
+    many pods (read once), maps alike but apart, an occupant's, pods of a subclass."""
+    from kai.api.objects import PodObject
+    from kai.snapshot.builder import requested_resources
+
+    build = _fast.module("build")
+    assert build is not None
+    rng = random.Random(seed)
+    names = ["cpu", "memory", "nvidia.com/gpu", "example.com/fpga", "hugepages-2Mi"]
+    shared = [{n: 1.0 for n in rng.sample(names, rng.randint(0, 3))} for _ in range(3)]
+
+    class SubPod(PodObject):
+        __slots__ = ()
+
+    pods = []
+    for i in range(60):
+        requests = rng.choice(shared) if rng.random() < 0.7 else dict(rng.choice(shared))
+        cls = SubPod if i % 7 == 0 else PodObject
+        pods.append(cls(name=f"p{i}", namespace="ns", requests=requests))
+    occupants = [PodObject(name="o", namespace="ns", requests={"example.com/nic": 1.0})]
+    for case in ((pods, occupants), (pods, []), ([], occupants), ([], [])):
+        assert build.requested_resources(*case) == requested_resources(*case)
+    assert "example.com/nic" in build.requested_resources(pods, occupants)
+
+
+@needs_compiled
+@pytest.mark.parametrize("seed", SEEDS[:4])
 def test_placed_pods_charged_identically(seed: int) -> None:
     """The pods on nodes when a state is built are charged to their nodes' rows with
     the same bits compiled or not (requests shared by neighbours and not, rows

@@ -356,6 +356,27 @@ def node_rows(list nodes, dict column_of, Py_ssize_t width, Py_ssize_t pods_colu
     return np.array(block, dtype=np.float64).reshape(n, width)
 
 
+def requested_resources(list pods, list occupants):
+    """``kai.snapshot.builder.requested_resources``, compiled. Pods of one workload
+    share one requests map (the loaders make them so): each map is read once, where it
+    differs from the last one read."""
+    cdef set names = set()
+    cdef set read = set()  # the maps read, by address
+    last = None
+    for group in (pods, occupants):
+        for pod in <list>group:
+            requests = pf(pod, P_REQUESTS)
+            if requests is last:
+                continue
+            last = requests
+            key = PyLong_FromVoidPtr(<void*>requests)
+            if key in read:
+                continue
+            read.add(key)
+            names.update(requests)
+    return names
+
+
 def group_index(list pod_groups):
     """``kai.snapshot.builder._group_index``, compiled."""
     cdef dict by_namespace = {}

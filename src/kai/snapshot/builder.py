@@ -327,11 +327,20 @@ def pod_status(pod: PodObject) -> TaskStatus:
     return TaskStatus.UNKNOWN
 
 
+def requested_resources(pods: list[PodObject], occupants: list[PodObject]) -> set[str]:
+    """The resource names the pods request (the reference of
+    ``kai._fast.build.requested_resources``)."""
+    return set().union(*map(attrgetter("requests"), pods + occupants))
+
+
 def _resource_table(objects: ClusterObjects) -> ResourceTable:
     declared: set[str] = set()
     for node in objects.nodes:
         declared.update(node.allocatable)
-    requested = set().union(*map(attrgetter("requests"), objects.pods + objects.occupants))
+    compiled = _fast.module("build")
+    requested = (requested_resources if compiled is None else compiled.requested_resources)(
+        objects.pods, objects.occupants
+    )
     extended = {
         name for name in declared | requested if ResourceTable.schedulable_resource(name, declared)
     }
