@@ -25,8 +25,8 @@ from kai._fast.fields cimport (
     D_ACTION, D_ANNOTATIONS, D_COUNT, D_GPU_GROUPS, D_NODE, D_POD, D_REASON, D_TASK,
     D_TYPE, J_COUNT, J_FIT_ERRORS, J_INVALID, J_KEY, J_MIN_MEMBER, J_NEW_START,
     J_PREEMPTIBILITY, J_PREEMPTIBLE, J_QUEUE, J_STALE_SET, J_TASKS, J_WARNINGS, T_COUNT,
-    T_JOB, T_NAME, T_NAMESPACE, T_NODE, T_POD, T_STATUS, decision_field, decision_fields,
-    job_field, job_fields, sets_as_object, task_field, task_fields,
+    T_JOB, T_NODE, T_POD, T_STATUS, decision_field, decision_fields, job_field,
+    job_fields, sets_as_object, task_field, task_fields, task_key,
 )
 from kai._fast.slots cimport field, layout, new_object, put, replace
 
@@ -70,14 +70,6 @@ cdef object NOT_SCHEDULED_REASON = "not scheduled in this session"
 cdef object ZERO = 0
 
 
-cdef inline str pod_key(object task, bint direct):
-    """A task's pod as the result names it: namespace/name."""
-    return (
-        f"{task_field(task, direct, TASK_OFF, T_NAMESPACE)}/"
-        f"{task_field(task, direct, TASK_OFF, T_NAME)}"
-    )
-
-
 def finish_decisions(list decisions, object annotations):
     """``kai.engine._collect.finish_decisions``, compiled."""
     cdef dict evictions = {}
@@ -91,7 +83,7 @@ def finish_decisions(list decisions, object annotations):
         if task is None:
             continue  # collected already
         task_direct = TASK_SLOTS and type(task) is TASK_CLASS
-        pod = pod_key(task, task_direct)
+        pod = task_key(task, task_direct, TASK_OFF)
         if direct:
             replace(d, DECISION_OFF[D_POD], pod)
         else:
@@ -150,7 +142,7 @@ def pod_results(list tasks, list names):
             put(result, POD_OFF[1], where)
         else:
             result = PodResult(output_status[status], where)
-        items.append((pod_key(t, direct), result))
+        items.append((task_key(t, direct, TASK_OFF), result))
     items.sort()  # keys are unique: results never compared
     return dict(items)
 

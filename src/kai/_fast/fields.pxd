@@ -69,6 +69,15 @@ cdef inline object task_field(object task, bint direct, const Py_ssize_t* offset
     return get(task, offsets[index]) if direct else getattr(task, task_fields()[index])
 
 
+cdef inline str task_key(object task, bint direct, const Py_ssize_t* offsets):
+    """``task.key`` (kai.api.model.Task): its pod as results and messages name it,
+    namespace/name."""
+    return (
+        f"{task_field(task, direct, offsets, T_NAMESPACE)}/"
+        f"{task_field(task, direct, offsets, T_NAME)}"
+    )
+
+
 cdef inline bint task_shares_gpu(
     object task, bint direct, const Py_ssize_t* offsets
 ) except -1:

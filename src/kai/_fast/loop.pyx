@@ -5,9 +5,10 @@
 ``distinct_uids`` tells whether the loop may order the jobs; ``job_columns`` and
 ``task_columns`` read every job and pending task of a session into the loop's columns;
 ``place_decisions`` puts the placed tasks on their nodes and makes their decisions;
-``record_fit_messages`` records the failed attempts' messages. Each is the compiled form of the Python function of the same name
-(``kai.actions.common.scan_jobs``, the others ``kai.actions.fast_allocate``'s), which
-stays the reference: both give the same jobs, columns and state. Integer columns come
+``record_fit_messages`` records the failed attempts' messages. Each is the compiled
+form of the Python function of the same name (``kai.actions.common.scan_jobs``, the
+others ``kai.actions.fast_allocate``'s), which stays the reference: both give the same
+jobs, columns and state. Integer columns come
 as ``array('q')`` rather than lists: the same values, which numpy takes as one block.
 """
 
@@ -33,8 +34,8 @@ from kai._fast.fields cimport (
     D_ACTION, D_ANNOTATIONS, D_COUNT, D_GPU_GROUPS, D_NODE, D_POD, D_REASON, D_TASK,
     D_TYPE, J_COUNT, J_CREATED, J_INVALID, J_MIN_MEMBER, J_PREEMPTIBILITY, J_PREEMPTIBLE,
     J_PRIORITY, J_QUEUE, J_TASKS, J_UID, T_COUNT, T_EVICTED, T_FRACTION, T_GPU_MEMORY,
-    T_NAME, T_NAMESPACE, T_NODE, T_POD, T_REQUEST, T_STATUS, decision_fields, job_field, job_fields,
-    sets_as_object, task_field, task_fields,
+    T_NODE, T_POD, T_REQUEST, T_STATUS, decision_fields, job_field, job_fields,
+    sets_as_object, task_field, task_fields, task_key,
 )
 from kai._fast.slots cimport layout, new_object, put, replace
 
@@ -428,7 +429,6 @@ def record_fit_messages(
     """``kai.actions.fast_allocate.record_fit_messages``, compiled."""
     cdef dict problems = {}
     cdef Py_ssize_t row, chunk, min_member
-    cdef bint direct
     for row in range(len(capacity)):
         job = jobs[<Py_ssize_t>att_job[row]]
         if capacity[row]:
@@ -439,11 +439,7 @@ def record_fit_messages(
         if problem is None:
             problem = problems[key] = problem_of(row)
         task = tasks[<Py_ssize_t>info[row]]
-        direct = TASK_SLOTS and type(task) is TASK_CLASS
-        pod = (
-            f"{task_field(task, direct, TASK_OFF, T_NAMESPACE)}/"
-            f"{task_field(task, direct, TASK_OFF, T_NAME)}"
-        )
+        pod = task_key(task, TASK_SLOTS and type(task) is TASK_CLASS, TASK_OFF)
         chunk = chunks[row]
         min_member = job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF, J_MIN_MEMBER)
         if chunk > 1 or min_member > 1:
