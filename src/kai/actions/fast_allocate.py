@@ -995,7 +995,7 @@ def _record_failures(ssn: Session, plan: _Plan, out: dict[str, Any], failed: np.
         return describe_failures(failures, n_nodes, describe_shortage(entries))
 
     def capacity_of(row: int) -> str:
-        return _capacity_message(plan, out, int(failed[row]), row, int(kinds[row]))
+        return _capacity_message(plan, out, int(info[row]), row, int(kinds[row]))
 
     compiled = _fast.module("loop")
     (record_fit_messages if compiled is None else compiled.record_fit_messages)(
@@ -1057,9 +1057,9 @@ def record_fit_messages(
             record(job, f"Resources were not found for pod {pod} due to: {problem}")
 
 
-def _capacity_message(plan: _Plan, out: dict[str, Any], a: int, row: int, kind: int) -> str:
-    """The message of attempt ``a``, a capacity refusal (failure row ``row``)."""
-    name = plan.queues[int(out["att_info"][a])]
+def _capacity_message(plan: _Plan, out: dict[str, Any], queue: int, row: int, kind: int) -> str:
+    """The message of a capacity refusal by queue ``queue`` (failure row ``row``)."""
+    name = plan.queues[queue]
     share = plan.proportion.shares[name]
     vec = out["att_vec"][row]
     used, request = vec[:3].copy(), vec[3:].copy()
