@@ -18,7 +18,15 @@ from kai._dataclasses import dataclass
 from kai.actions import get_action
 from kai.actions import register_builtins as register_builtin_actions
 from kai.api.errors import InputError
-from kai.api.model import ACTIVE_ALLOCATED, ALIVE, ClusterState, Job, Task, TaskStatus
+from kai.api.model import (
+    ACTIVE_ALLOCATED,
+    ALIVE,
+    ClusterState,
+    Job,
+    NodeStatics,
+    Task,
+    TaskStatus,
+)
 from kai.api.objects import ClusterObjects, SchedulerConfigObject
 from kai.api.preemptibility import (
     NON_PREEMPTIBLE,
@@ -53,6 +61,10 @@ class Snapshot:
         # configured ones): the snapshot's configuration object never changes.
         self._configs: dict[tuple[str, ...] | None, SchedulerConfig] = {}
         self._pools: dict[str, ClusterObjects] | None = None
+        self._shards: dict[str, Snapshot] = {}  # by the name of their pool (pools())
+        # What the last state derived from the node objects alone, for the next.
+        self._node_statics: NodeStatics | None = None
+        self._earlier_pools: dict[str, NodeStatics | None] = {}  # see reuse_node_statics
 
     def scheduler_config(self, actions: Sequence[str] | None = None) -> SchedulerConfig:
         """The snapshot's scheduler configuration (KAI's defaults where it has none)."""
@@ -70,8 +82,28 @@ class Snapshot:
         return self._pools
 
     def shard(self, objects: ClusterObjects) -> Snapshot:
-        """A snapshot of some of these objects (a node pool's), for the same scheduler."""
-        return Snapshot(objects, scheduler_name=self.scheduler_name)
+        """A snapshot of some of these objects (a node pool's), for the same scheduler:
+        the same one each time for a pool of :meth:`pools`, so that its sessions share
+        what they derive from its nodes."""
+        name = next((n for n, pool in (self._pools or {}).items() if pool is objects), None)
+        if name is None:
+            return Snapshot(objects, scheduler_name=self.scheduler_name)
+        shard = self._shards.get(name)
+        if shard is None:
+            shard = self._shards[name] = Snapshot(objects, scheduler_name=self.scheduler_name)
+            shard._node_statics = self._earlier_pools.get(name)
+        return shard
+
+    def reuse_node_statics(self, earlier: Snapshot | None) -> None:
+        """Start from what ``earlier``'s sessions derived from their nodes, its pools'
+        included (a live scheduler's last cycle): kept where this snapshot's nodes are
+        the same objects, as a cluster cache hands them out while no node changes."""
+        if earlier is None:
+            return
+        if self._node_statics is None:
+            self._node_statics = earlier._node_statics
+        # The statics alone: a chain of cycles holds no earlier snapshot.
+        self._earlier_pools = {name: shard._node_statics for name, shard in earlier._shards.items()}
 
     @classmethod
     def from_files(cls, paths: Sequence[str]) -> Snapshot:
@@ -97,7 +129,12 @@ class Snapshot:
         return self.objects.config
 
     def state(self) -> ClusterState:
-        return build_state(self.objects, scheduler_name=self.scheduler_name)
+        """A fresh state for one session."""
+        state = build_state(
+            self.objects, scheduler_name=self.scheduler_name, node_statics=self._node_statics
+        )
+        self._node_statics = state.nodes.statics
+        return state
 
 
 # The decisions of a session's result: the session's own decision records, completed

@@ -628,31 +628,32 @@ def node_rows(
     return np.array(rows, dtype=np.float64).reshape(len(nodes), width)
 
 
-class NodeTable:
-    """All nodes of the snapshot, columnar; index order is node-name order."""
+class NodeStatics:
+    """What a node table derives from its node objects alone: their order, names,
+    allocatable matrix, GPU memory and schedulability, and the values plugins derive
+    from them (see :meth:`NodeTable.derived`).
+
+    Read-only, and shared by every table made from the same objects (a snapshot's
+    sessions, a live scheduler's cycles while no node changes): those sessions then
+    build none of it again."""
+
+    __slots__ = (
+        "source", "resources", "objects", "names", "index", "allocatable",
+        "gpu_memory_mib", "schedulable", "derived",
+    )  # fmt: skip
 
     def __init__(self, nodes: list[NodeObject], table: ResourceTable) -> None:
-        self._bind_rows()
-        nodes = sorted(nodes, key=lambda n: n.name)
+        self.source = tuple(nodes)  # the objects as given, to know them again (matches)
+        self.resources = table.names
+        nodes = sorted(nodes, key=operator.attrgetter("name"))
         self.objects = nodes
-        # Values plugins derive from the node objects alone (see derived()).
-        self._derived: dict[str, Any] = {}
         self.names = [n.name for n in nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
-        self.resources = table
-        n, r = len(nodes), len(table)
+        n = len(nodes)
         build = _fast.module("build")
         self.allocatable = (node_rows if build is None else build.node_rows)(
-            nodes, table.index, r, table.index["pods"], KUBELET_MAX_PODS
+            nodes, table.index, len(table), table.index["pods"], KUBELET_MAX_PODS
         )
-        self.idle = self.allocatable.copy()
-        self.releasing = np.zeros((n, r), dtype=np.float64)
-        self.used = np.zeros((n, r), dtype=np.float64)
-        self.gpu_groups: list[dict[str, GpuGroup]] = [{} for _ in range(n)]
-        # The nodes whose shared devices ever changed (see _refresh_shared_free): every
-        # node with a shared device is one, so walks over the devices need read no other.
-        self.shared_nodes: set[int] = set()
-        self.tasks: list[set[Task]] = [set() for _ in range(n)]
         # GPU memory per device in MiB, from the label nvidia.com/gpu.memory (0 = unknown).
         # Nodes of one kind share the label's value: each distinct value is parsed once.
         parsed: dict[str, float] = {"": 0.0}
@@ -668,9 +669,55 @@ class NodeTable:
             [n.ready and not n.unschedulable and not n.pressure_conditions for n in nodes],
             dtype=np.bool_,
         )
+        for array in (self.allocatable, self.gpu_memory_mib, self.schedulable):
+            array.flags.writeable = False
+        self.derived: dict[str, Any] = {}
+
+    def matches(self, nodes: list[NodeObject], table: ResourceTable) -> bool:
+        """Whether these are the statics of exactly ``nodes`` (the same objects, in the
+        same order) over ``table``'s resources."""
+        source = self.source
+        return (
+            len(source) == len(nodes)
+            and all(map(operator.is_, source, nodes))
+            and table.names == self.resources
+        )
+
+
+class NodeTable:
+    """All nodes of the snapshot, columnar; index order is node-name order.
+
+    ``statics`` (optional) are those of an earlier table, reused where they
+    :meth:`~NodeStatics.matches` ``nodes``; the table's own are in ``statics`` after."""
+
+    def __init__(
+        self, nodes: list[NodeObject], table: ResourceTable, statics: NodeStatics | None = None
+    ) -> None:
+        self._bind_rows()
+        if statics is None or not statics.matches(nodes, table):
+            statics = NodeStatics(nodes, table)
+        self.statics = statics
+        self.objects = statics.objects
+        # Values plugins derive from the node objects alone (see derived()).
+        self._derived = statics.derived
+        self.names = statics.names
+        self.index = statics.index
+        self.resources = table
+        n, r = len(statics.objects), len(table)
+        self.allocatable = statics.allocatable
+        self.idle = self.allocatable.copy()
+        self.releasing = np.zeros((n, r), dtype=np.float64)
+        self.used = np.zeros((n, r), dtype=np.float64)
+        self.gpu_groups: list[dict[str, GpuGroup]] = [{} for _ in range(n)]
+        # The nodes whose shared devices ever changed (see _refresh_shared_free): every
+        # node with a shared device is one, so walks over the devices need read no other.
+        self.shared_nodes: set[int] = set()
+        self.tasks: list[set[Task]] = [set() for _ in range(n)]
+        self.gpu_memory_mib = statics.gpu_memory_mib
+        self.schedulable = statics.schedulable
         # Per node, the most room on one shared device (-1: none); see shared_fit.
-        self.shared_free_idle = np.full(len(nodes), -1.0)
-        self.shared_free_any = np.full(len(nodes), -1.0)
+        self.shared_free_idle = np.full(n, -1.0)
+        self.shared_free_any = np.full(n, -1.0)
         # Bumped on every change of the capacity matrices (add_task / remove_task), so
         # results computed from them can be cached until the next change.
         self.version = 0

@@ -85,6 +85,7 @@ class Scheduler:
         self.config = config or SchedulerConfig.default()
         self.identity = opts.identity or default_identity()
         self.metrics = SchedulerMetrics()
+        self._last_snapshot: Snapshot | None = None  # the last cycle's (see _cycle)
         self.cache = ClusterCache(
             client,
             nodepool_label_key=opts.nodepool_label_key,
@@ -280,8 +281,12 @@ class Scheduler:
         self._report_bad(snap)
         now = datetime.now(timezone.utc)
         self.metrics.open_session_latency.set((time.perf_counter() - t0) * 1000.0)
+        snapshot = Snapshot(snap.objects, scheduler_name=self.options.scheduler_name)
+        # Unchanged nodes are the cache's same objects: their statics are kept.
+        snapshot.reuse_node_statics(self._last_snapshot)
+        self._last_snapshot = snapshot
         result = run_session(
-            Snapshot(snap.objects, scheduler_name=self.options.scheduler_name),
+            snapshot,
             config=self.config,
             now=now,
             backend=self.options.backend,

@@ -19,6 +19,7 @@ from kai.api.model import (
     ON_NODE,
     ClusterState,
     Job,
+    NodeStatics,
     NodeTable,
     QueueInfo,
     Task,
@@ -45,10 +46,15 @@ DEFAULT_PRIORITY = 50
 
 
 def build_state(
-    objects: ClusterObjects, *, scheduler_name: str = KAI_SCHEDULER_NAME
+    objects: ClusterObjects,
+    *,
+    scheduler_name: str = KAI_SCHEDULER_NAME,
+    node_statics: NodeStatics | None = None,
 ) -> ClusterState:
+    """A fresh state of ``objects``; ``node_statics`` (an earlier state's
+    ``nodes.statics``) are reused where they are those of the same node objects."""
     table = _resource_table(objects)
-    nodes = NodeTable(objects.nodes, table)
+    nodes = NodeTable(objects.nodes, table, node_statics)
     state = ClusterState(
         resources=table, nodes=nodes, tasks=[], jobs={}, queues=_build_queues(objects)
     )
