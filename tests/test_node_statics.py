@@ -108,3 +108,37 @@ def test_node_statics_match_only_their_own_objects_and_resources():
     np.testing.assert_array_equal(
         state.nodes.allocatable, kai.api.model.NodeStatics(nodes, state.resources).allocatable
     )
+
+
+def tainted_cluster() -> list[dict]:
+    gpu_taint = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    tolerate = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return [
+        node("a100-1", gpus=8, labels={"gpu": "a100"}, taints=gpu_taint),
+        node("h100-1", gpus=8, labels={"gpu": "h100"}, taints=gpu_taint),
+        node("cpu-1", gpus=0),
+        queue("q", gpu=(16, -1, 1)),
+        podgroup("a", queue="q"),
+        pod("a-0", gpus=8, group="a", node_selector={"gpu": "h100"}, tolerations=tolerate),
+        podgroup("b", queue="q"),
+        pod("b-0", gpus=8, group="b", tolerations=tolerate),
+        podgroup("c", queue="q"),
+        pod("c-0", gpus=1, group="c"),  # tolerates nothing: no GPU node takes it
+    ]
+
+
+def test_predicate_masks_are_shared_by_a_snapshots_sessions():
+    snapshot = Snapshot.from_objects(tainted_cluster())
+    first = decided(snapshot)
+    assert first == {
+        "default/a-0": ("Binding", "h100-1"),
+        "default/b-0": ("Binding", "a100-1"),
+        "default/c-0": ("Pending", None),
+    }
+    derived = snapshot.state().nodes.statics.derived
+    masks = {**derived["predicates.affinity"], **derived["predicates.taints"]}
+    assert masks and all(not mask.flags.writeable for mask in masks.values())
+    assert decided(snapshot) == first
+    # The second session found every mask made: none was added.
+    assert {**derived["predicates.affinity"], **derived["predicates.taints"]} == masks
+    assert decided(Snapshot.from_objects(tainted_cluster())) == first

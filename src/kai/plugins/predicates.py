@@ -65,6 +65,10 @@ def tolerates(tolerations: Sequence[Toleration], key: str, value: str, effect: s
     return False
 
 
+#: How many node masks of distinct selectors (and of distinct tolerations) are kept.
+MASKS_KEPT = 1024
+
+
 class PredicatesPlugin(Plugin):
     name = "predicates"
     native_allocate = True
@@ -72,8 +76,10 @@ class PredicatesPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         nodes = ssn.nodes.objects
         schedulable = ssn.nodes.schedulable.copy()
-        affinity_cache: dict[tuple, np.ndarray] = {}
-        taint_cache: dict[tuple, np.ndarray] = {}
+        # The masks read the node objects alone: kept with the node table's statics,
+        # for every session over the same nodes (read-only, as they are shared).
+        affinity_cache: dict[tuple, np.ndarray] = ssn.nodes.derived("predicates.affinity", dict)
+        taint_cache: dict[tuple, np.ndarray] = ssn.nodes.derived("predicates.taints", dict)
         ones = np.ones(len(nodes), dtype=np.bool_)
 
         def schedulable_fn(task: Task, job: Job) -> np.ndarray:
@@ -97,6 +103,9 @@ class PredicatesPlugin(Plugin):
                     ],
                     dtype=np.bool_,
                 )
+                mask.flags.writeable = False
+                if len(affinity_cache) >= MASKS_KEPT:
+                    affinity_cache.clear()  # bounded over a long-lived scheduler's cycles
                 affinity_cache[key] = mask
             return mask
 
@@ -121,6 +130,9 @@ class PredicatesPlugin(Plugin):
                     ],
                     dtype=np.bool_,
                 )
+                mask.flags.writeable = False
+                if len(taint_cache) >= MASKS_KEPT:
+                    taint_cache.clear()  # bounded over a long-lived scheduler's cycles
                 taint_cache[key] = mask
             return mask
 
