@@ -401,6 +401,15 @@ class ClusterCache:
                     value = err
                 except Exception as err:  # noqa: BLE001 - one object never stops a cycle
                     value = InputError(f"{type(err).__name__}: {err}")
+                if (
+                    cached is not None
+                    and isinstance(value, NodeObject)
+                    and isinstance(cached[1], NodeObject)
+                    and value == cached[1]
+                ):
+                    # A kubelet's status update that changes nothing kai reads (a
+                    # heartbeat): the same object, so the node statics built from it hold.
+                    value = cached[1]
                 cached = (entry.tag, value)
                 self._converted[key] = cached
             if isinstance(cached[1], InputError):
