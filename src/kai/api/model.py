@@ -698,8 +698,6 @@ class NodeTable:
             statics = NodeStatics(nodes, table)
         self.statics = statics
         self.objects = statics.objects
-        # Values plugins derive from the node objects alone (see derived()).
-        self._derived = statics.derived
         self.names = statics.names
         self.index = statics.index
         self.resources = table
@@ -736,7 +734,6 @@ class NodeTable:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.__dict__.setdefault("_derived", {})
         self._bind_rows()
 
     def _bind_rows(self) -> None:
@@ -748,12 +745,13 @@ class NodeTable:
 
     def derived(self, key: str, make: Callable[[], _T]) -> _T:
         """The value ``make()`` derives from the node objects alone (their labels,
-        taints), made once per table under ``key``: the objects never change while the
-        table lives, and a replay's state keeps one table over all its sessions."""
+        taints), made once per node set under ``key`` and kept with the table's
+        :class:`NodeStatics`: the objects never change while the statics live."""
+        derived = self.statics.derived
         try:
-            return self._derived[key]
+            return derived[key]
         except KeyError:
-            value = self._derived[key] = make()
+            value = derived[key] = make()
             return value
 
     def __len__(self) -> int:

@@ -69,6 +69,15 @@ def tolerates(tolerations: Sequence[Toleration], key: str, value: str, effect: s
 MASKS_KEPT = 1024
 
 
+def _keep(masks: dict[tuple, np.ndarray], key: tuple, mask: np.ndarray) -> None:
+    """Keep ``mask`` under ``key``: read-only, as sessions share it, and at most
+    ``MASKS_KEPT`` of them over a long-lived scheduler's cycles."""
+    mask.flags.writeable = False
+    if len(masks) >= MASKS_KEPT:
+        masks.clear()
+    masks[key] = mask
+
+
 class PredicatesPlugin(Plugin):
     name = "predicates"
     native_allocate = True
@@ -103,10 +112,7 @@ class PredicatesPlugin(Plugin):
                     ],
                     dtype=np.bool_,
                 )
-                mask.flags.writeable = False
-                if len(affinity_cache) >= MASKS_KEPT:
-                    affinity_cache.clear()  # bounded over a long-lived scheduler's cycles
-                affinity_cache[key] = mask
+                _keep(affinity_cache, key, mask)
             return mask
 
         tainted = ssn.nodes.derived("predicates.tainted", lambda: any(n.taints for n in nodes))
@@ -130,10 +136,7 @@ class PredicatesPlugin(Plugin):
                     ],
                     dtype=np.bool_,
                 )
-                mask.flags.writeable = False
-                if len(taint_cache) >= MASKS_KEPT:
-                    taint_cache.clear()  # bounded over a long-lived scheduler's cycles
-                taint_cache[key] = mask
+                _keep(taint_cache, key, mask)
             return mask
 
         ssn.add_batch_predicate_fn(REASON_UNSCHEDULABLE, schedulable_fn)
