@@ -38,7 +38,7 @@ from kai.config import SchedulerConfig, check_action_names
 from kai.fairshare import QUEUE_USAGE_KEY, UsageTable, check_usage_table
 from kai.framework.session import Decision, Session, plain_copy
 from kai.memory import gc_paused
-from kai.snapshot.builder import KAI_SCHEDULER_NAME, build_state
+from kai.snapshot.builder import KAI_SCHEDULER_NAME, PodGrouping, build_state, group_pods
 from kai.snapshot.partition import partition
 
 LAST_START_ANNOTATION = "kai.scheduler/last-start-timestamp"
@@ -64,6 +64,7 @@ class Snapshot:
         self._shards: dict[str, Snapshot] = {}  # by the name of their pool (pools())
         # What the last state derived from the node objects alone, for the next.
         self._node_statics: NodeStatics | None = None
+        self._grouping: PodGrouping | None = None  # which job each pod belongs to
         self._earlier_pools: dict[str, NodeStatics | None] = {}  # see reuse_node_statics
 
     def scheduler_config(self, actions: Sequence[str] | None = None) -> SchedulerConfig:
@@ -130,8 +131,13 @@ class Snapshot:
 
     def state(self) -> ClusterState:
         """A fresh state for one session."""
+        if self._grouping is None:
+            self._grouping = group_pods(self.objects, self.scheduler_name)
         state = build_state(
-            self.objects, scheduler_name=self.scheduler_name, node_statics=self._node_statics
+            self.objects,
+            scheduler_name=self.scheduler_name,
+            node_statics=self._node_statics,
+            grouping=self._grouping,
         )
         self._node_statics = state.nodes.statics
         return state

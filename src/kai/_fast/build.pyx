@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled ``kai.snapshot.builder._assemble``: every task and job of a state.
+"""Compiled ``kai.snapshot.builder._group_pods`` and ``_assemble``: which job each pod
+belongs to (once per snapshot), and every task and job of a state (once per session).
 
 Single pods and gangs of plain pods (no shared-GPU annotation, no owner or label that
 names a preemptibility, no deletion in progress, on a known node if on any) are made
@@ -227,8 +228,9 @@ cdef class _Maker:
         return self.default_priority
 
     cdef object job(self, object uid, object name, object namespace, object pg, list pods,
-                    object min_member):
-        """Make and add one job (the Python maker takes what this does not)."""
+                    object min_member, str key):
+        """Make and add one job, of key ``key`` (namespace/name: the Python maker, which
+        takes what this does not, makes it itself)."""
         cdef Py_ssize_t n = len(pods)
         cdef bint single = n == 1
         if pg is not None and (
@@ -279,7 +281,7 @@ cdef class _Maker:
             put(job, JOB_OFF[J_UID], uid)
             put(job, JOB_OFF[J_NAME], name)
             put(job, JOB_OFF[J_NAMESPACE], namespace)
-            put(job, JOB_OFF[J_KEY], f"{namespace}/{name}")
+            put(job, JOB_OFF[J_KEY], key)
             put(job, JOB_OFF[J_QUEUE], queue)
             put(job, JOB_OFF[J_PRIORITY], priority)
             put(job, JOB_OFF[J_MIN_MEMBER], min_member)
@@ -377,7 +379,7 @@ def requested_resources(list pods, list occupants):
     return names
 
 
-def group_index(list pod_groups):
+cdef tuple group_index(list pod_groups):
     """``kai.snapshot.builder._group_index``, compiled."""
     cdef dict by_namespace = {}
     cdef dict of_namespace
@@ -404,22 +406,21 @@ def group_index(list pod_groups):
     return ordered, members, lists
 
 
-def assemble(maker, list pods, str scheduler_name, list ordered_groups, list members,
-             dict lists):
-    """``kai.snapshot.builder._assemble``, compiled (same arguments, same result)."""
-    cdef _Maker m = _Maker(maker)
-    state = maker.state
+def group_pods(list pods, list pod_groups, str scheduler_name):
+    """``kai.snapshot.builder._group_pods``, compiled (same arguments, same lists)."""
+    ordered_groups, members, lists = group_index(pod_groups)
     cdef dict no_groups = {}
     cdef dict missing_group = {}
+    cdef list foreign = []
     cdef list singles = []
     for pod in pods:
         if pf(pod, P_SCHEDULER) != scheduler_name:
-            _add_foreign(state, maker.make_task(pod, None))
+            foreign.append(pod)
             continue
         group_name = get_key(pf(pod, P_ANNOTATIONS), POD_GROUP_ANNOTATION)
         if group_name:
             namespace = pf(pod, P_NAMESPACE)
-            pods_of_group = (<dict>lists.get(namespace, no_groups)).get(group_name)
+            pods_of_group = (<dict>(<dict>lists).get(namespace, no_groups)).get(group_name)
             if pods_of_group is not None:
                 (<list>pods_of_group).append(pod)
             else:
@@ -431,6 +432,24 @@ def assemble(maker, list pods, str scheduler_name, list ordered_groups, list mem
                     (<list>found).append(pod)
         else:
             singles.append(pod)
+    singles.sort(key=by_namespace_name)
+    missing = [(key, missing_group[key]) for key in sorted(missing_group)]
+    group_keys = [f"{gf(pg, G_NAMESPACE)}/{gf(pg, G_NAME)}" for pg in ordered_groups]
+    single_keys = [f"{pf(pod, P_NAMESPACE)}/{pf(pod, P_NAME)}" for pod in singles]
+    single_uids = [f"pg-{pf(pod, P_NAME)}-{pf(pod, P_UID)}" for pod in singles]
+    return (foreign, ordered_groups, members, missing, singles, group_keys, single_keys,
+            single_uids)
+
+
+def assemble(maker, grouping):
+    """``kai.snapshot.builder._assemble``, compiled (same arguments, same result)."""
+    cdef _Maker m = _Maker(maker)
+    state = maker.state
+    for pod in <list>grouping.foreign:
+        _add_foreign(state, maker.make_task(pod, None))
+    cdef list ordered_groups = grouping.groups
+    cdef list members = grouping.members
+    cdef list keys = grouping.group_keys
     cdef Py_ssize_t i
     for i in range(len(ordered_groups)):
         pg = ordered_groups[i]
@@ -438,15 +457,17 @@ def assemble(maker, list pods, str scheduler_name, list ordered_groups, list mem
         name = gf(pg, G_NAME)
         # KAI identifies a job by its PodGroup name; it breaks ordering ties.
         m.job(name, name, gf(pg, G_NAMESPACE), pg, <list>members[i],
-              1 if min_member is None else min_member)
-    for key in sorted(missing_group):
+              1 if min_member is None else min_member, keys[i])
+    for key, pods_of in <list>grouping.missing:
         namespace, name = key
-        maker(f"{namespace}/{name}", name, namespace, None, missing_group[key], 1,
+        maker(f"{namespace}/{name}", name, namespace, None, pods_of, 1,
               missing_pod_group(key))
-    singles.sort(key=by_namespace_name)
-    for pod in singles:
-        name = pf(pod, P_NAME)
-        m.job(f"pg-{name}-{pf(pod, P_UID)}", name, pf(pod, P_NAMESPACE), None, [pod], 1)
+    cdef list singles = grouping.singles
+    cdef list uids = grouping.single_uids
+    keys = grouping.single_keys
+    for i in range(len(singles)):
+        pod = singles[i]
+        m.job(uids[i], pf(pod, P_NAME), pf(pod, P_NAMESPACE), None, [pod], 1, keys[i])
     placed = []
     for task in m.tasks:
         if task.node >= 0:

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 from operator import attrgetter, itemgetter
+from typing import Any
 
 import numpy as np
 
 from kai import _fast
+from kai._dataclasses import dataclass
 from kai.api.model import (
     ON_NODE,
     ClusterState,
@@ -50,9 +52,11 @@ def build_state(
     *,
     scheduler_name: str = KAI_SCHEDULER_NAME,
     node_statics: NodeStatics | None = None,
+    grouping: PodGrouping | None = None,
 ) -> ClusterState:
     """A fresh state of ``objects``; ``node_statics`` (an earlier state's
-    ``nodes.statics``) are reused where they are those of the same node objects."""
+    ``nodes.statics``) are reused where they are those of the same node objects, and
+    ``grouping`` (:func:`group_pods` of these objects) where it is theirs."""
     table = _resource_table(objects)
     nodes = NodeTable(objects.nodes, table, node_statics)
     state = ClusterState(
@@ -60,13 +64,10 @@ def build_state(
     )
     state.node_metrics = {m.name: m for m in objects.node_metrics}
     make_job = _JobMaker(state, objects)
+    if grouping is None or not grouping.matches(objects, scheduler_name):
+        grouping = group_pods(objects, scheduler_name)
     compiled = _fast.module("build")
-    if compiled is None:
-        groups, members, lists = _group_index(objects.pod_groups)
-        placed = _assemble(make_job, objects.pods, scheduler_name, groups, members, lists)
-    else:
-        groups, members, lists = compiled.group_index(objects.pod_groups)
-        placed = compiled.assemble(make_job, objects.pods, scheduler_name, groups, members, lists)
+    placed = (_assemble if compiled is None else compiled.assemble)(make_job, grouping)
     for pod in objects.occupants:
         task = make_job.make_task(pod, None)
         if task.node >= 0:  # on this pool's node (a pod that ended holds nothing)
@@ -74,6 +75,87 @@ def build_state(
             placed.append(task)
     _charge_placed(nodes, placed)
     return state
+
+
+@dataclass(frozen=True, eq=False)
+class PodGrouping:
+    """Which job each pod belongs to, and the jobs' order: what a state derives from
+    the pod and PodGroup objects alone, the same for every session of a snapshot
+    (:meth:`kai.engine.Snapshot.state` makes it once).  Its lists are only read."""
+
+    pods: list[PodObject]  # the objects it was made of
+    pod_groups: list[PodGroupObject]
+    counts: tuple[int, int]  # their lengths then
+    scheduler_name: str
+    foreign: list[PodObject]  # the pods of other schedulers, in snapshot order
+    groups: list[PodGroupObject]  # in job order
+    members: list[list[PodObject]]  # each group's pods, in snapshot order
+    # The groups the pods name that the snapshot lacks, by (namespace, name), with
+    # their pods.
+    missing: list[tuple[tuple[str, str], list[PodObject]]]
+    singles: list[PodObject]  # the pods that name no group, by namespace and name
+    # The keys of the groups' jobs and of the singles' (namespace/name), and the
+    # singles' job uids: made once, their hashes too.
+    group_keys: list[str]
+    single_keys: list[str]
+    single_uids: list[str]
+
+    def matches(self, objects: ClusterObjects, scheduler_name: str) -> bool:
+        """Whether this is the grouping of ``objects`` for ``scheduler_name``: the same
+        lists of pods and pod groups (a snapshot's objects never change)."""
+        return (
+            self.pods is objects.pods
+            and self.pod_groups is objects.pod_groups
+            and self.counts == (len(objects.pods), len(objects.pod_groups))
+            and self.scheduler_name == scheduler_name
+        )
+
+
+def group_pods(objects: ClusterObjects, scheduler_name: str = KAI_SCHEDULER_NAME) -> PodGrouping:
+    """The jobs of ``objects``' pods (see :class:`PodGrouping`)."""
+    compiled = _fast.module("build")
+    parts = (_group_pods if compiled is None else compiled.group_pods)(
+        objects.pods, objects.pod_groups, scheduler_name
+    )
+    counts = (len(objects.pods), len(objects.pod_groups))
+    return PodGrouping(objects.pods, objects.pod_groups, counts, scheduler_name, *parts)
+
+
+def _group_pods(
+    pods: list[PodObject], pod_groups: list[PodGroupObject], scheduler_name: str
+) -> tuple[Any, ...]:
+    """:class:`PodGrouping`'s lists (``foreign`` on).  The reference for
+    ``kai._fast.build.group_pods``, which gives the same lists."""
+    groups, members, lists = _group_index(pod_groups)
+    no_groups: dict[str, list[PodObject]] = {}
+    missing: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
+    foreign: list[PodObject] = []
+    singles: list[PodObject] = []
+    for pod in pods:
+        if pod.scheduler_name != scheduler_name:
+            foreign.append(pod)
+            continue
+        group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
+        if group_name:
+            pods_of_group = lists.get(pod.namespace, no_groups).get(group_name)
+            if pods_of_group is not None:
+                pods_of_group.append(pod)
+            else:
+                missing[(pod.namespace, group_name)].append(pod)
+        else:
+            singles.append(pod)
+    singles.sort(key=_namespace_name)
+    return (
+        foreign,
+        groups,
+        members,
+        [(key, missing[key]) for key in sorted(missing)],
+        singles,
+        [f"{pg.namespace}/{pg.name}" for pg in groups],
+        [f"{pod.namespace}/{pod.name}" for pod in singles],
+        # Named like the PodGroups KAI's pod grouper would create for them.
+        [f"pg-{pod.name}-{pod.uid}" for pod in singles],
+    )
 
 
 def _group_index(
@@ -97,53 +179,23 @@ def _group_index(
     return ordered_groups, members, lists
 
 
-def _assemble(
-    make_job: _JobMaker,
-    pods: list[PodObject],
-    scheduler_name: str,
-    ordered_groups: list[PodGroupObject],
-    members: list[list[PodObject]],
-    lists: dict[str, dict[str, list[PodObject]]],
-) -> list[Task]:
+def _assemble(make_job: _JobMaker, grouping: PodGrouping) -> list[Task]:
     """Make every task and job, in job order; the tasks on a node, to be charged to it.
 
     The reference for ``kai._fast.build.assemble``, which gives the same state.
     """
     state = make_job.state
-    no_groups: dict[str, list[PodObject]] = {}
-    missing_group: dict[tuple[str, str], list[PodObject]] = defaultdict(list)
-    singles: list[PodObject] = []
-    for pod in pods:
-        if pod.scheduler_name != scheduler_name:
-            _add_foreign(state, make_job.make_task(pod, None))
-            continue
-        group_name = pod.annotations.get(POD_GROUP_ANNOTATION)
-        if group_name:
-            pods_of_group = lists.get(pod.namespace, no_groups).get(group_name)
-            if pods_of_group is not None:
-                pods_of_group.append(pod)
-            else:
-                missing_group[(pod.namespace, group_name)].append(pod)
-        else:
-            singles.append(pod)
-    for pg, pods_of in zip(ordered_groups, members):
+    for pod in grouping.foreign:
+        _add_foreign(state, make_job.make_task(pod, None))
+    for pg, pods_of in zip(grouping.groups, grouping.members):
         min_member = 1 if pg.min_member is None else pg.min_member
         # KAI identifies a job by its PodGroup name; it breaks ordering ties.
         make_job(pg.name, pg.name, pg.namespace, pg, pods_of, min_member)
-    for key in sorted(missing_group):
+    for key, pods_of in grouping.missing:
         namespace, name = key
-        make_job(
-            f"{namespace}/{name}",
-            name,
-            namespace,
-            None,
-            missing_group[key],
-            1,
-            missing_pod_group(key),
-        )
-    for pod in sorted(singles, key=_namespace_name):
-        # Named like the PodGroup KAI's pod grouper would create for it.
-        make_job(f"pg-{pod.name}-{pod.uid}", pod.name, pod.namespace, None, [pod], 1)
+        make_job(f"{namespace}/{name}", name, namespace, None, pods_of, 1, missing_pod_group(key))
+    for pod, uid in zip(grouping.singles, grouping.single_uids):
+        make_job(uid, pod.name, pod.namespace, None, [pod], 1)
     return [t for t in state.tasks + state.foreign_tasks if t.node >= 0]
 
 
