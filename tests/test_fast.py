@@ -527,6 +527,13 @@ def test_pod_and_group_results_identical(seed: int) -> None:
         _collect.pod_results(tasks, names),
     )
     assert results() == reference
+    # Jobs in key order (as a state adds them, mostly) and not: the same results, in
+    # key order.
+    in_order = dict(sorted(ssn.jobs.items()))
+    shuffled = dict(random.Random(seed).sample(sorted(ssn.jobs.items()), len(ssn.jobs)))
+    for jobs in (in_order, shuffled):
+        got = collect.group_results(jobs, _Annotations(), evictions)
+        assert got == reference[0] and list(got) == list(reference[0])
 
     _as_subclasses(ssn.jobs.values())
     assert results() == reference

@@ -147,6 +147,18 @@ def pod_results(list tasks, list names):
     return dict(items)
 
 
+cdef bint _in_key_order(dict jobs) except -1:
+    """Whether ``jobs`` iterates in key order: a state adds its jobs in job order, which
+    is mostly key order (then the results are made in one pass over its entries, with
+    no lookup of each key)."""
+    previous = None
+    for key in jobs:
+        if previous is not None and not previous < key:
+            return False
+        previous = key
+    return True
+
+
 def group_results(dict jobs, annotations, dict evictions):
     """``kai.engine._collect.group_results``, compiled."""
     cdef dict out = {}
@@ -159,8 +171,8 @@ def group_results(dict jobs, annotations, dict evictions):
     # one seen, and of each pair seen (by value, as ``annotations`` keeps them).
     last_start = stale_since = seen = None
     cdef dict made = {}
-    for key in sorted(jobs):
-        job = jobs[key]
+    pairs = jobs.items() if _in_key_order(jobs) else [(key, jobs[key]) for key in sorted(jobs)]
+    for key, job in pairs:
         direct = JOB_SLOTS and type(job) is JOB_CLASS
         found = evictions.get(key)
         group_evictions = () if found is None else tuple(found)
