@@ -535,6 +535,11 @@ def test_pod_and_group_results_identical(seed: int) -> None:
         got = collect.group_results(jobs, _Annotations(), evictions)
         assert got == reference[0] and list(got) == list(reference[0])
 
+    # Tasks out of key order: the same pods, in key order.
+    shuffled_tasks = random.Random(seed).sample(tasks, len(tasks))
+    got = collect.pod_results(shuffled_tasks, names)
+    assert got == reference[1] and list(got) == list(reference[1]) == sorted(reference[1])
+
     _as_subclasses(ssn.jobs.values())
     assert results() == reference
 

@@ -201,3 +201,28 @@ def test_fit_error_of_a_gpu_fraction_counts_the_room_on_one_device() -> None:
         why[2]
         == "      1 node: insufficient nvidia.com/gpu (needs 0.75 of a device, at most 0.5 free)"
     )
+
+
+def test_pod_results_read_as_a_mapping() -> None:
+    """A result's pods read like a dict of PodResult in key order, whichever way."""
+    from kai.engine import PodResult, PodResults
+
+    pods = PodResults(
+        ["a/p0", "a/p1", "b/p0"], ["Running", "Pending", "Pipelined"], ["n1", None, "n2"]
+    )
+    assert len(pods) == 3 and list(pods) == ["a/p0", "a/p1", "b/p0"]
+    assert pods["b/p0"] == PodResult("Pipelined", "n2")
+    assert pods.get("a/p1") == PodResult("Pending", None)
+    assert "a/p0" in pods and "a/p9" not in pods and 3 not in pods
+    assert pods.get("a/p9") is None
+    with pytest.raises(KeyError):
+        pods["a/p9"]
+    as_dict = {
+        "a/p0": PodResult("Running", "n1"),
+        "a/p1": PodResult("Pending", None),
+        "b/p0": PodResult("Pipelined", "n2"),
+    }
+    assert pods == as_dict and dict(pods) == as_dict
+    assert list(pods.items()) == list(as_dict.items())
+    assert list(pods.values()) == list(as_dict.values())
+    assert pods != {**as_dict, "a/p0": PodResult("Releasing", "n1")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import field
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -156,6 +156,72 @@ class PodResult:
     node: str | None
 
 
+class PodResults(Mapping[str, PodResult]):
+    """Every pod's :class:`PodResult` by key (namespace/name), in key order.
+
+    Held as three columns (keys, statuses, nodes): a session of 100,000 pods is read
+    mostly whole (``kai simulate``'s document, which reads the columns) or for a few
+    pods (``kai run``), so a :class:`PodResult` is made only when one is read, and the
+    index of the keys at the first lookup.
+    """
+
+    __slots__ = ("_index", "keys_in_order", "nodes", "statuses")
+
+    def __init__(self, keys: list[str], statuses: list[str], nodes: list[str | None]) -> None:
+        self.keys_in_order = keys
+        self.statuses = statuses
+        self.nodes = nodes
+        self._index: dict[str, int] | None = None
+
+    def _position(self, key: str) -> int | None:
+        index = self._index
+        if index is None:
+            index = self._index = {k: i for i, k in enumerate(self.keys_in_order)}
+        return index.get(key)
+
+    def __getitem__(self, key: str) -> PodResult:
+        at = self._position(key)
+        if at is None:
+            raise KeyError(key)
+        return PodResult(self.statuses[at], self.nodes[at])
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._position(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys_in_order)
+
+    def __len__(self) -> int:
+        return len(self.keys_in_order)
+
+    def items(self) -> ItemsView[str, PodResult]:
+        return _PodItems(self)
+
+    def values(self) -> ValuesView[PodResult]:
+        return _PodValues(self)
+
+    def __repr__(self) -> str:
+        return f"PodResults({dict(self.items())!r})"
+
+
+class _PodItems(ItemsView[str, PodResult]):
+    _mapping: PodResults
+
+    def __iter__(self) -> Iterator[tuple[str, PodResult]]:
+        pods = self._mapping
+        for key, status, node in zip(pods.keys_in_order, pods.statuses, pods.nodes):
+            yield key, PodResult(status, node)
+
+
+class _PodValues(ValuesView[PodResult]):
+    _mapping: PodResults
+
+    def __iter__(self) -> Iterator[PodResult]:
+        pods = self._mapping
+        for status, node in zip(pods.statuses, pods.nodes):
+            yield PodResult(status, node)
+
+
 @dataclass(slots=True)
 class PodGroupResult:
     """What a session decided for a pod group, and why."""
@@ -195,7 +261,7 @@ class SessionResult:
     """Everything a session decided: decisions, and the state of pods, pod groups and queues."""
 
     decisions: list[DecisionRecord]
-    pods: dict[str, PodResult]
+    pods: Mapping[str, PodResult]  # a PodResults from a session
     pod_groups: dict[str, PodGroupResult]
     queues: dict[str, QueueResult]
     action_seconds: dict[str, float] = field(default_factory=dict)
@@ -306,19 +372,21 @@ def _merge(results: list[tuple[SessionResult, ClusterObjects]]) -> SessionResult
     """One result of the pools' sessions (each with its objects): a pod is reported by
     its own pool, not by the one where it holds a node's capacity."""
     merged = SessionResult([], {}, {}, {})
+    pods: dict[str, PodResult] = {}
     for result, objects in results:
         merged.decisions.extend(result.decisions)
         if objects.occupants:
             elsewhere = {pod.key for pod in objects.occupants}
-            merged.pods.update(item for item in result.pods.items() if item[0] not in elsewhere)
+            pods.update(item for item in result.pods.items() if item[0] not in elsewhere)
         else:
-            merged.pods.update(result.pods)
+            pods.update(result.pods.items())
         merged.pod_groups.update(result.pod_groups)
         merged.queues.update(result.queues)
         merged.warnings.extend(result.warnings)
         for action, seconds in result.action_seconds.items():
             merged.action_seconds[action] = merged.action_seconds.get(action, 0.0) + seconds
-    merged.pods = dict(sorted(merged.pods.items()))
+    keys = sorted(pods)
+    merged.pods = PodResults(keys, [pods[k].status for k in keys], [pods[k].node for k in keys])
     merged.pod_groups = dict(sorted(merged.pod_groups.items()))
     merged.queues = dict(sorted(merged.queues.items()))
     return merged
@@ -479,20 +547,20 @@ class _collect:
         return evictions
 
     @staticmethod
-    def pod_results(tasks: list[Task], names: list[str]) -> dict[str, PodResult]:
+    def pod_results(tasks: list[Task], names: list[str]) -> PodResults:
         pending = TaskStatus.PENDING
         output_status = _OUTPUT_STATUS
-        keys = [f"{t.namespace}/{t.name}" for t in tasks]
-        results = [
-            PodResult(
+        rows = sorted(  # keys are unique: the rest of a row is never compared
+            (
+                f"{t.namespace}/{t.name}",
                 output_status[t.status],
                 names[t.node]
                 if t.node >= 0
                 else (None if t.status is pending else t.pod.node_name),
             )
             for t in tasks
-        ]
-        return dict(sorted(zip(keys, results)))  # keys are unique: results never compared
+        )
+        return PodResults([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
 
     @staticmethod
     def group_results(

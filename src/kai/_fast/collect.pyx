@@ -17,6 +17,7 @@ from kai.engine import (
     IDLE_REASON,
     PodGroupResult,
     PodResult,
+    PodResults,
     _job_result,
 )
 from kai.framework.session import Decision
@@ -38,6 +39,7 @@ cdef str SEMI_PREEMPTIBLE = _SEMI_PREEMPTIBLE  # compared with every job's
 cdef type DECISION_CLASS = Decision
 cdef type GROUP_RESULT_CLASS = PodGroupResult
 cdef type POD_RESULT_CLASS = PodResult
+cdef object POD_RESULTS_CLASS = PodResults  # an ABCMeta class: an object to Cython
 
 
 cdef extern from "Python.h":
@@ -121,11 +123,13 @@ def finish_decisions(list decisions, object annotations):
 
 
 def pod_results(list tasks, list names):
-    """``kai.engine._collect.pod_results``, compiled."""
+    """``kai.engine._collect.pod_results``, compiled: the columns, with no PodResult."""
     cdef dict output_status = _OUTPUT_STATUS
-    cdef list items = []
-    cdef Py_ssize_t node
-    cdef bint direct
+    cdef Py_ssize_t n = len(tasks)
+    cdef list keys = [None] * n, statuses = [None] * n, nodes = [None] * n
+    cdef Py_ssize_t i = 0, node
+    cdef bint direct, ordered = True
+    cdef str key, previous = None
     for t in tasks:
         direct = TASK_SLOTS and type(t) is TASK_CLASS
         status = task_field(t, direct, TASK_OFF, T_STATUS)
@@ -136,15 +140,20 @@ def pod_results(list tasks, list names):
             where = None
         else:
             where = task_field(t, direct, TASK_OFF, T_POD).node_name
-        if POD_DIRECT:
-            result = new_object(POD_RESULT_CLASS)
-            put(result, POD_OFF[0], output_status[status])
-            put(result, POD_OFF[1], where)
-        else:
-            result = PodResult(output_status[status], where)
-        items.append((task_key(t, direct, TASK_OFF), result))
-    items.sort()  # keys are unique: results never compared
-    return dict(items)
+        key = task_key(t, direct, TASK_OFF)
+        if ordered and previous is not None and not previous < key:
+            ordered = False
+        previous = key
+        keys[i] = key
+        statuses[i] = output_status[status]
+        nodes[i] = where
+        i += 1
+    if not ordered:  # a state lists its tasks in job order, which is mostly key order
+        order = sorted(range(n), key=keys.__getitem__)  # keys are unique
+        keys = [keys[k] for k in order]
+        statuses = [statuses[k] for k in order]
+        nodes = [nodes[k] for k in order]
+    return POD_RESULTS_CLASS(keys, statuses, nodes)
 
 
 cdef bint _in_key_order(dict jobs) except -1:
@@ -330,12 +339,23 @@ def result_document(result, bint explain):
         if value:
             entry["podGroupAnnotations"] = copies.of(value)
         decisions.append(entry)
-    for key, p in (<dict?>result.pods).items():
-        direct = POD_DIRECT and type(p) is POD_RESULT_CLASS
-        pods[key] = {
-            "status": field(p, direct, POD_OFF[0], "status"),
-            "node": field(p, direct, POD_OFF[1], "node"),
-        }
+    cdef list pod_statuses, pod_nodes
+    cdef Py_ssize_t row = 0
+    if type(result.pods) is POD_RESULTS_CLASS:  # the columns, read as they are
+        pod_statuses, pod_nodes = result.pods.statuses, result.pods.nodes
+        for key in <list?>result.pods.keys_in_order:
+            entry = _PyDict_NewPresized(2)
+            entry["status"] = pod_statuses[row]
+            entry["node"] = pod_nodes[row]
+            pods[key] = entry
+            row += 1
+    else:
+        for key, p in result.pods.items():
+            direct = POD_DIRECT and type(p) is POD_RESULT_CLASS
+            pods[key] = {
+                "status": field(p, direct, POD_OFF[0], "status"),
+                "node": field(p, direct, POD_OFF[1], "node"),
+            }
     for name, q in (<dict?>result.queues).items():
         queues[name] = {
             "fairShare": q.fair_share,
