@@ -2,8 +2,7 @@
 """Compiled per-job and per-task loops of the actions and the fused allocate loop.
 
 ``scan_jobs`` picks the jobs an action may try (every action starts with it).
-``distinct_uids`` tells whether the loop may order the jobs; ``job_columns`` and
-``task_columns`` read every job and pending task of a session into the loop's columns;
+``job_columns`` and ``task_columns`` read every job and pending task of a session into the loop's columns;
 ``place_decisions`` puts the placed tasks on their nodes and makes their decisions;
 ``record_fit_messages`` records the failed attempts' messages. Each is the compiled
 form of the Python function of the same name (``kai.actions.common.scan_jobs``, the
@@ -105,14 +104,6 @@ def scan_jobs(ssn, jobs, list with_pending, bint pending_only, bint preemptible_
                 continue
         out.append(job)
     return out
-
-
-def distinct_uids(list jobs):
-    """``kai.actions.fast_allocate.distinct_uids``, compiled."""
-    cdef set uids = set()
-    for job in jobs:
-        uids.add(job_field(job, JOB_SLOTS and type(job) is JOB_CLASS, JOB_OFF, J_UID))
-    return len(uids) == len(jobs)
 
 
 def job_columns(list jobs, dict qidx, list task_keys, frozenset key_labels, bint fractions):
@@ -274,10 +265,11 @@ cdef void sort_rows(DefaultKey* rows, DefaultKey* spare, Py_ssize_t n) noexcept 
         start = i
 
 
-cdef array.array default_ranks(list created, list uids):
+cdef object default_ranks(list created, list uids):
     """Each job's position in the default order of its creation time and uid
-    (default_order_key's), as the reference's stable sort gives it. Sorted in C where
-    every creation time is a datetime in UTC and every uid a string; else by the keys."""
+    (default_order_key's), as the reference's stable sort gives it; None when two jobs
+    have equal keys. Sorted in C where every creation time is a datetime in UTC and
+    every uid a string; else by the keys."""
     cdef Py_ssize_t n = len(created), i
     cdef array.array ranks = array.clone(INT64, n, zero=False)
     cdef DefaultKey* rows = <DefaultKey*>malloc(max(n, 1) * 2 * sizeof(DefaultKey))
@@ -313,6 +305,13 @@ cdef array.array default_ranks(list created, list uids):
         if exact:
             if n > 0:
                 sort_rows(rows, rows + n, n)
+            for i in range(1, n):
+                if (
+                    rows[i].created == rows[i - 1].created
+                    and rows[i].uid_size == rows[i - 1].uid_size
+                    and memcmp(rows[i].uid, rows[i - 1].uid, rows[i].uid_size) == 0
+                ):
+                    return None
             for i in range(n):
                 ranks.data.as_longlongs[rows[i].index] = i
             return ranks
@@ -320,6 +319,9 @@ cdef array.array default_ranks(list created, list uids):
         free(rows)
     keys = [(1, 0.0, u) if t is None else (0, t, u) for t, u in zip(created, uids)]
     order = sorted(range(n), key=keys.__getitem__)
+    for i in range(1, n):
+        if keys[<Py_ssize_t>order[i]] == keys[<Py_ssize_t>order[i - 1]]:
+            return None
     for i in range(n):
         ranks.data.as_longlongs[<Py_ssize_t>order[i]] = i
     return ranks

@@ -37,7 +37,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -65,7 +64,6 @@ log = logging.getLogger(__name__)
 _said: set[str] = set()
 
 _JOB_ORDER = {"priority", "elastic"}
-_JOB_UID = attrgetter("uid")
 _UNSUPPORTED_POINTS = ("pre_predicate", "predicate", "node_order", "node_pre_order")
 
 #: job_columns: tasks, job_start, counted (job, active, non-pipelined, pipelined,
@@ -80,7 +78,7 @@ JobColumns = tuple[
     Sequence[int],
     Sequence[int],
     Sequence[int],
-    Sequence[int],
+    Sequence[int] | None,  # the default-order ranks; None when two jobs have equal keys
 ]
 #: task_columns: distinct request vectors, each task's row among them, one task per
 #: constraint set, each task's constraint set, (task, node) of the nominated tasks,
@@ -446,8 +444,6 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     if unsupported is not None:
         return unsupported
     compiled = _fast.module("loop")
-    if not (distinct_uids if compiled is None else compiled.distinct_uids)(jobs):
-        return "jobs with equal uids"  # the heap's tie order is not reproduced
     proportion = plugins["proportion"]
     nodes = ssn.nodes
     n_nodes = len(nodes)
@@ -476,6 +472,9 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
             "not take, or a pod was evicted earlier in the session"
         )
     tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, default_rank = job_cols
+    if default_rank is None:
+        # Jobs the job order cannot tell apart: the heap's tie order is not reproduced.
+        return "jobs with equal creation times and uids"
     job_counts = np.zeros((4, len(jobs)), dtype=np.int64)
     for j, active, nonpipe, pipelined, allocset in counted:
         job_counts[:, j] = (active, nonpipe, pipelined, allocset)
@@ -618,12 +617,6 @@ def _prepare(ssn: Session, jobs: list[Job]) -> _Plan | str:
     return plan
 
 
-def distinct_uids(jobs: list[Job]) -> bool:
-    """Whether no two jobs have one uid (the reference of
-    ``kai._fast.loop.distinct_uids``)."""
-    return len(set(map(_JOB_UID, jobs))) == len(jobs)
-
-
 def job_columns(
     jobs: list[Job],
     qidx: dict[str, int],
@@ -633,7 +626,9 @@ def job_columns(
 ) -> JobColumns | None:
     """The loop's tasks (each job's pending tasks in task order) and per-job columns;
     None when a job needs the slow path (a task asking for GPU memory, or, unless
-    ``fractions``, for a fraction of a GPU; a virtually evicted task).
+    ``fractions``, for a fraction of a GPU; a virtually evicted task). The last column,
+    each job's rank in the default order (creation time, then uid), is None when two
+    jobs have equal keys there.
 
     The reference of ``kai._fast.loop.job_columns``, which gives the same columns.
     """
@@ -701,6 +696,9 @@ def job_columns(
         if active or allocset:
             counted.append((j, active, nonpipe, pipelined, allocset))
     order = sorted(range(len(jobs)), key=default_keys.__getitem__)
+    if any(default_keys[a] == default_keys[b] for a, b in zip(order, order[1:])):
+        # two jobs of equal keys
+        return tasks, job_start, counted, job_leaf, job_min, job_np_mode, job_priority, None
     default_rank = [0] * len(jobs)
     for position, j in enumerate(order):
         default_rank[j] = position
